@@ -1,0 +1,107 @@
+"""Running one operation instance through its record: matching, layout, activation, quantisation.
+
+This is the only place that knows how NCHW, fused activations and (de)quantisation wrap a
+kernel; records only describe NHWC, real-valued computation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nncert.hal.model import Operand, dtype_of
+from nncert.ops.base import (
+    Match,
+    OpContext,
+    OpRecord,
+    ShapeError,
+    Unknown,
+    apply_activation,
+    from_real,
+    match,
+    to_real,
+)
+
+_TO_NHWC = (0, 2, 3, 1)
+_TO_NCHW = (0, 3, 1, 2)
+
+
+def _types(operands: Sequence[Operand | None]) -> list:
+    return [None if o is None else o.type for o in operands]
+
+
+def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[Any],
+         outputs: Sequence[Operand], m: Match | None = None) -> OpContext:
+    """An OpContext in NHWC terms: NCHW operands and values are transposed here."""
+    m = m or match(record, _types(inputs), [o.type for o in outputs])
+    ctx = OpContext(record, m, inputs, values, outputs)
+    if not ctx.nchw:
+        return ctx
+    inputs, values = list(inputs), list(values)
+    for name in record.layout_inputs:
+        for p in ctx._pos(name):
+            op = inputs[p]
+            if op.rank != 4:
+                if op.dimensions:
+                    raise ShapeError(f"{name} must have rank 4 for the NCHW layout, has {op.rank}")
+                continue
+            inputs[p] = dataclasses.replace(op, dimensions=tuple(op.dimensions[i] for i in _TO_NHWC))
+            if values[p] is not None:
+                values[p] = np.transpose(values[p], _TO_NHWC)
+    outputs = list(outputs)
+    for i in record.layout_outputs:
+        if outputs[i].rank == 4:
+            outputs[i] = dataclasses.replace(
+                outputs[i], dimensions=tuple(outputs[i].dimensions[j] for j in _TO_NHWC))
+    return OpContext(record, m, inputs, values, outputs)
+
+
+def output_shapes(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[Any],
+                  outputs: Sequence[Operand], m: Match | None = None) -> list[tuple[int, ...]] | None:
+    """The output shapes the record's rule gives, in the operation's layout; None when some
+    needed shape or value is not known (yet). Raises ShapeError for invalid parameters."""
+    try:
+        ctx = bind(record, inputs, values, outputs, m)
+        shapes = [tuple(int(d) for d in s) for s in record.shape(ctx)]
+    except Unknown:
+        return None
+    if ctx.nchw:
+        for i in record.layout_outputs:
+            if len(shapes[i]) == 4:
+                shapes[i] = tuple(shapes[i][j] for j in _TO_NCHW)
+    return shapes
+
+
+def evaluate_real(record: OpRecord, inputs: Sequence[Operand | None], raw: Sequence[Any],
+                  outputs: Sequence[Operand], m: Match | None = None) -> list[np.ndarray]:
+    """Kernel outputs after the fused activation, before conversion to the output types
+    (real values for float and quantised outputs), in the operation's layout."""
+    if record.dequantize:
+        values = [None if o is None else to_real(v, o) for o, v in zip(inputs, raw, strict=True)]
+    else:
+        values = [None if o is None else (np.asarray(v).item() if o.type.is_scalar else np.asarray(v))
+                  for o, v in zip(inputs, raw, strict=True)]
+    ctx = bind(record, inputs, values, outputs, m)
+    result = [np.asarray(r) for r in record.kernel(ctx)]
+    if record.activation:
+        act = int(ctx.value(record.activation, 0))
+        if act:
+            result[0] = apply_activation(result[0], act)
+    if ctx.nchw:
+        for i in record.layout_outputs:
+            if result[i].ndim == 4:
+                result[i] = np.transpose(result[i], _TO_NCHW)
+    return result
+
+
+def evaluate(record: OpRecord, inputs: Sequence[Operand | None], raw: Sequence[Any],
+             outputs: Sequence[Operand], m: Match | None = None) -> list[np.ndarray]:
+    """Run the reference kernel: raw input arrays in, raw output arrays (stored types) out."""
+    real = evaluate_real(record, inputs, raw, outputs, m)
+    if not record.dequantize:
+        return [np.asarray(r).astype(dtype_of(o.type)) for r, o in zip(real, outputs, strict=True)]
+    return [from_real(r, o) for r, o in zip(real, outputs, strict=True)]
+

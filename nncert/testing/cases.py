@@ -1,0 +1,362 @@
+"""Per-operation test cases built from catalogue records (the CTS generated tests, generated).
+
+``sample_case`` turns a record's sampler into a concrete, valid single-operation case with
+golden outputs; ``OpCase.model`` renders it as a HAL model in one of the CTS variations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nncert.hal.builder import ModelBuilder
+from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
+from nncert.hal.types import FusedActivationFunc, OperandType, OperationType, Version
+from nncert.ops import records
+from nncert.ops.base import (
+    Arg,
+    Draw,
+    OpContext,
+    OpRecord,
+    SampleContext,
+    SampledInput,
+    ShapeError,
+    Signature,
+    Variant,
+    match,
+    quantize,
+)
+from nncert.ops.evaluate import bind, evaluate, evaluate_real, output_shapes
+
+T = OperandType
+
+#: The model variations CTS generates for each example (see SPEC.md notes, §3 of the report).
+VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output")
+
+_TO_NCHW = (0, 3, 1, 2)
+
+
+@dataclass
+class CaseInput:
+    arg: Arg
+    operand: Operand | None  # None: omitted optional input (NO_VALUE)
+    value: Any  # raw value in the operand's stored type
+    const: bool
+
+
+@dataclass
+class OpCase:
+    record: OpRecord
+    signature: Signature
+    variant: Variant
+    nchw: bool | None
+    activation: int | None
+    seed: int
+    inputs: list[CaseInput]
+    outputs: list[Operand]
+    expected: list[np.ndarray]
+    version: Version
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return case_id(self.record, self.signature, self.variant, self.nchw, self.activation,
+                       self.seed)
+
+    def model(self, variation: str = "base") -> tuple[Model, list[np.ndarray]]:
+        """The case as a HAL model in a CTS ``variation``, with the request's input values."""
+        if variation not in VARIATIONS:
+            raise ValueError(f"unknown variation {variation!r}")
+        b = ModelBuilder()
+        model_inputs: list[int] = []
+        feeds: list[np.ndarray] = []
+        op_inputs = []
+        for ci in self.inputs:
+            if ci.operand is None:
+                op_inputs.append(b.no_value(ci.arg.resolve(self.variant.types)))
+                continue
+            o = ci.operand
+            as_input = o.type.is_tensor and (not ci.const or variation == "all_tensors_as_inputs")
+            if not as_input:
+                op_inputs.append(b.constant(o.type, ci.value, o.scale, o.zero_point, o.channel_quant))
+                continue
+            if variation == "inputs_as_internal":
+                fed = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
+                zero = quantize(np.zeros(1), o) if o.type.is_quant else np.zeros(1, dtype_of(o.type))
+                zero_idx = b.constant(o.type, zero, o.scale, o.zero_point)
+                act = b.constant(T.INT32, 0)
+                idx = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
+                b.operation(OperationType.ADD, [fed, zero_idx, act], [idx])
+                model_inputs.append(fed)
+            else:
+                idx = b.operand(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant)
+                model_inputs.append(idx)
+            feeds.append(np.asarray(ci.value))
+            op_inputs.append(idx)
+        outs = []
+        for o in self.outputs:
+            dims = tuple(0 for _ in o.dimensions) if variation == "dynamic_output" else o.dimensions
+            outs.append(b.operand(o.type, dims, o.scale, o.zero_point))
+        b.operation(self.record.type, op_inputs, outs)
+        model = b.build(model_inputs, outs, relax=variation == "relaxed")
+        return model, feeds
+
+    def supports(self, variation: str) -> bool:
+        """Whether ``variation`` makes sense for this case (CTS applies each selectively)."""
+        tensors = [ci for ci in self.inputs if ci.operand is not None and ci.operand.type.is_tensor]
+        if variation == "relaxed":
+            return any(o.type is T.TENSOR_FLOAT32 for o in self.outputs) or \
+                any(ci.operand.type is T.TENSOR_FLOAT32 for ci in tensors)
+        if variation == "inputs_as_internal":
+            inputs = [ci for ci in tensors if not ci.const]
+            return bool(inputs) and all(ci.operand.type in _ADD_TYPES for ci in inputs)
+        if variation == "all_tensors_as_inputs":
+            return any(ci.const for ci in tensors)
+        if variation == "dynamic_output":
+            return all(o.dimensions for o in self.outputs)
+        return True
+
+    def variation_version(self, variation: str) -> Version:
+        v = self.version
+        if variation == "relaxed":
+            v = max(v, Version.V1_1)
+        if variation == "dynamic_output":
+            v = max(v, Version.V1_2)
+        if variation == "inputs_as_internal":
+            v = max([v] + [_ADD_TYPES[ci.operand.type] for ci in self.inputs
+                           if ci.operand is not None and ci.operand.type.is_tensor and not ci.const])
+        return v
+
+
+_ADD_TYPES = {T.TENSOR_FLOAT32: Version.V1_0, T.TENSOR_QUANT8_ASYMM: Version.V1_0,
+              T.TENSOR_FLOAT16: Version.V1_2, T.TENSOR_QUANT8_ASYMM_SIGNED: Version.V1_3,
+              T.TENSOR_INT32: Version.V1_3}
+
+
+def case_id(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None,
+            act: int | None, seed: int) -> str:
+    parts = [record.name]
+    if sig.name:
+        parts.append(sig.name)
+    parts.append(var_.label)
+    if nchw is not None:
+        parts.append("nchw" if nchw else "nhwc")
+    if act is not None:
+        parts.append(FusedActivationFunc(act).name.lower())
+    parts.append(f"s{seed}")
+    return "-".join(parts)
+
+
+def _case_rng(record: OpRecord, sig: Signature, var_: Variant, seed: int) -> np.random.Generator:
+    # Layout and activation do not change the draw: NCHW and NHWC cases of a seed hold the
+    # same data, so a layout-only failure shows as such.
+    key = f"{record.name}/{sig.name}/{var_.label}/{seed}".encode()
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+
+
+def enumerate_cases(seeds: Sequence[int] = (0, 1)) -> Iterator[tuple]:
+    """(record, signature, variant, nchw, activation, seed) for the whole catalogue: every
+    signature x type variant x layout x fused activation x seed."""
+    for record in records():
+        for sig in record.signatures:
+            for var_ in record.variants:
+                layouts = (False, True) if record.layout else (None,)
+                acts: Sequence[int | None] = (None,)
+                if record.activation:
+                    out_type = sig.outputs[0].resolve(var_.types)
+                    acts = tuple(FusedActivationFunc) if out_type is not T.TENSOR_INT32 else (0,)
+                for nchw, act, seed in itertools.product(layouts, acts, seeds):
+                    yield record, sig, var_, nchw, act, seed
+
+
+def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None = None,
+                act: int | None = None, seed: int = 0, draw: Draw | None = None,
+                max_elements: int = 2048) -> OpCase:
+    """A valid single-operation case with golden outputs. Raises ShapeError (naming the
+    record) if the record's sampler produced an invalid case: a catalogue bug."""
+    draw = draw or Draw(_case_rng(record, sig, var_, seed))
+    s = SampleContext(record, sig, var_, draw, max_elements)
+    record.sample(s)
+    if record.layout and nchw:
+        s.scalar(record.layout, True)
+    if record.activation:
+        s.scalar(record.activation, int(act or 0))
+    inputs = _materialise(record, sig, var_, s, bool(nchw), draw)
+    in_ops = [ci.operand for ci in inputs]
+    raw = [ci.value for ci in inputs]
+    m = match(record, [None if o is None else o.type for o in in_ops],
+              [a.resolve(var_.types) for a in sig.outputs])
+    provisional = [Operand(a.resolve(var_.types), (), 1.0 if a.resolve(var_.types).is_quant else 0.0)
+                   for a in sig.outputs]
+    shapes = output_shapes(record, in_ops, raw, provisional, m)
+    if shapes is None:
+        raise ShapeError(f"{record.name}: output shape unknown with every input known")
+    outputs = [dataclasses.replace(o, dimensions=tuple(d)) for o, d in zip(provisional, shapes, strict=True)]
+    if any(o.type.is_quant for o in outputs):
+        real = evaluate_real(record, in_ops, raw, outputs, m)
+        outputs = [_output_quant(record, a, o, r, inputs, var_)
+                   for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
+    if record.check:
+        record.check(bind(record, in_ops, [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)],
+                          outputs, m))
+    expected = evaluate(record, in_ops, raw, outputs, m)
+    for i, (e, o) in enumerate(zip(expected, outputs, strict=True)):
+        if tuple(e.shape) != tuple(o.dimensions):
+            raise ShapeError(f"{record.name}: kernel output {i} has shape {list(e.shape)}, "
+                             f"the shape rule says {list(o.dimensions)}")
+    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, m.version)
+
+
+def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
+    from nncert.ops.base import to_real
+    if operand is None:
+        return None
+    return to_real(value, operand) if record.dequantize else value
+
+
+def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleContext, nchw: bool,
+                 draw: Draw) -> list[CaseInput]:
+    sampled: list[tuple[Arg, SampledInput | None]] = []
+    present = [i for i, a in enumerate(sig.inputs) if a.name in s.inputs]
+    last = max(present, default=-1)
+    for i, a in enumerate(sig.inputs):
+        got = s.inputs.get(a.name)
+        if got is None:
+            if i > last and a.optional:
+                break
+            if not a.optional:
+                raise ShapeError(f"{record.name}: sampler did not set required input {a.name!r}")
+            got = SampledInput(a.name, None, a.default, True) if a.default is not None \
+                else SampledInput(a.name, omitted=True)
+        for item in (got if isinstance(got, list) else [got]):
+            sampled.append((a, item))
+    chosen: dict[str, Operand] = {}
+    result: list[CaseInput] = []
+    for a, item in sampled:
+        t = a.resolve(var_.types)
+        if item.omitted:
+            result.append(CaseInput(a, None, None, True))
+            continue
+        if t.is_scalar:
+            result.append(CaseInput(a, Operand(t), np.asarray(item.value, dtype=dtype_of(t)), True))
+            continue
+        dims = item.dims
+        transpose = nchw and a.name in record.layout_inputs and len(dims) == 4
+        if transpose:
+            dims = tuple(dims[j] for j in _TO_NCHW)
+        operand = _input_operand(a, t, dims, item, chosen, draw)
+        chosen.setdefault(a.name, operand)
+        value = item.value
+        if value is None:
+            value = _generate(a, operand, item.dims, draw)
+        else:
+            value = np.asarray(value)
+            if t.is_quant and value.dtype.kind == "f":
+                value = quantize(value, operand)
+            value = value.astype(dtype_of(t))
+        if transpose:
+            value = np.transpose(np.asarray(value).reshape(item.dims), _TO_NCHW)
+        result.append(CaseInput(a, operand, np.ascontiguousarray(value), item.const or a.const))
+    return result
+
+
+def _input_operand(a: Arg, t: OperandType, dims: tuple[int, ...], item: SampledInput,
+                   chosen: dict[str, Operand], draw: Draw) -> Operand:
+    if item.channel_dim is not None:
+        n = dims[item.channel_dim]
+        scales = tuple(_f32(draw.float(0.005, 0.02)) for _ in range(n))
+        return Operand(t, dims, 0.0, 0, channel_quant=SymmPerChannelQuantParams(scales, item.channel_dim))
+    if not t.is_quant:
+        scale = 0.0
+        if a.quant.kind == "bias":
+            first, second = (chosen[n] for n in a.quant.ref.split(","))
+            if second.channel_quant is None:
+                scale = _f32(first.scale * second.scale)
+        return Operand(t, dims, scale if item.scale is None else item.scale, 0)
+    lo, hi = t.quant_range
+    q = a.quant
+    if item.scale is not None:
+        scale, zp = item.scale, item.zero_point if item.zero_point is not None else 0
+    elif q.kind == "same":
+        ref = chosen[q.ref]
+        scale, zp = ref.scale, ref.zero_point
+    elif q.kind == "fixed":
+        scale = q.scale
+        zp = q.zero_point - (128 if t is T.TENSOR_QUANT8_ASYMM_SIGNED else 0)
+    else:
+        scale = _f32(draw.float(0.01, 0.05))
+        zp = 0 if lo == -hi or t in (T.TENSOR_QUANT16_SYMM,) else draw.int(lo, hi)
+        if item.zero_point is not None:
+            zp = item.zero_point
+    return Operand(t, dims, _f32(scale), zp)
+
+
+def _f32(x: float) -> float:
+    """Scales are 32-bit floats in the HAL: keep them representable."""
+    return float(np.float32(x))
+
+
+def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw) -> np.ndarray:
+    t = o.type
+    dom = a.domain
+    if t.is_quant:
+        lo, hi = t.quant_range
+        zp = o.zero_point if o.channel_quant is None else 0
+        if dom == "positive":
+            lo = min(max(lo, zp + 1), hi)
+        raw = draw.integers(dims, lo, hi)
+        if dom == "nonzero":
+            raw = np.where(raw == zp, zp + 1 if zp < hi else zp - 1, raw)
+        return raw.astype(dtype_of(t))
+    if t is T.TENSOR_BOOL8:
+        return draw.integers(dims, 0, 1).astype(bool)
+    if t is T.TENSOR_INT32:
+        lo, hi = (1, 20) if dom == "positive" else (-20, 20)
+        raw = draw.integers(dims, lo, hi)
+        if dom == "nonzero":
+            raw = np.where(raw == 0, 1, raw)
+        return raw.astype(np.int32)
+    if dom == "positive":
+        x = draw.array(dims, 0.1, 2.0)
+    elif dom == "nonzero":
+        x = draw.array(dims, 0.25, 2.0) * np.where(draw.integers(dims, 0, 1) == 1, 1.0, -1.0)
+    elif dom == "unit":
+        x = draw.array(dims, -0.95, 0.95)
+    else:
+        x = draw.array(dims, -2.0, 2.0)
+    return x.astype(dtype_of(t))
+
+
+def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
+                  inputs: list[CaseInput], var_: Variant) -> Operand:
+    t = o.type
+    if not t.is_quant:
+        return o
+    lo, hi = t.quant_range
+    q = a.quant
+    if q.kind == "same":
+        ref = next(ci.operand for ci in inputs if ci.arg.name == q.ref)
+        return dataclasses.replace(o, scale=ref.scale, zero_point=ref.zero_point)
+    if q.kind == "fixed":
+        zp = q.zero_point - (128 if t is T.TENSOR_QUANT8_ASYMM_SIGNED else 0)
+        return dataclasses.replace(o, scale=q.scale, zero_point=zp)
+    # Free: cover the golden's range (including 0), as CTS does when it re-quantises.
+    finite = real[np.isfinite(real)] if real.size else np.zeros(1)
+    rmin = min(0.0, float(finite.min()) if finite.size else 0.0)
+    rmax = max(0.0, float(finite.max()) if finite.size else 0.0)
+    scale = max((rmax - rmin) / (hi - lo), 1e-3)
+    zp = int(np.clip(round(lo - rmin / scale), lo, hi))
+    return dataclasses.replace(o, scale=_f32(scale), zero_point=zp)
+
+
+def context_for(case: OpCase) -> OpContext:
+    """The OpContext of a case with every value known (for checks and tests)."""
+    in_ops = [ci.operand for ci in case.inputs]
+    return bind(case.record, in_ops, [_maybe_real(case.record, o, ci.value)
+                                      for o, ci in zip(in_ops, case.inputs, strict=True)], case.outputs)
