@@ -12,7 +12,16 @@ from nncert.hal.types import OperationType
 from nncert.ops.base import OpRecord
 
 _FAMILIES = (
-    "elementwise",
+    "elementwise",  # ADD SUB MUL DIV MAXIMUM MINIMUM and unary math
+    "logical",  # comparisons, LOGICAL_*, SELECT
+    "activation",  # RELU.. LOGISTIC TANH HARD_SWISH ELU PRELU
+    "normalization",  # SOFTMAX LOG_SOFTMAX L2_NORMALIZATION LOCAL_RESPONSE_NORMALIZATION
+    "conv",  # CONV_2D DEPTHWISE GROUPED TRANSPOSE_CONV FULLY_CONNECTED
+    "pool",  # AVERAGE MAX L2 pooling
+    "shape",  # RESHAPE CONCATENATION PAD SQUEEZE TRANSPOSE SLICE TILE GATHER ...
+    "reduce",  # MEAN REDUCE_* ARGMAX ARGMIN
+    "quant",  # QUANTIZE DEQUANTIZE CAST
+    "spatial",  # RESIZE_* DEPTH_TO_SPACE SPACE_TO_DEPTH BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND
 )
 
 CATALOGUE: dict[OperationType, OpRecord] = {}

@@ -1,0 +1,3 @@
+"""(family being written)"""
+
+RECORDS: list = []
