@@ -203,8 +203,8 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
         outputs = [_output_quant(record, a, o, r, inputs, var_)
                    for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
     if record.check:
-        record.check(bind(record, in_ops, [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)],
-                          outputs, m))
+        real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
+        record.check(bind(record, in_ops, real_in, outputs, m))
     expected = evaluate(record, in_ops, raw, outputs, m)
     for i, (e, o) in enumerate(zip(expected, outputs, strict=True)):
         if tuple(e.shape) != tuple(o.dimensions):

@@ -1,0 +1,1 @@
+"""The conformance suites run against ``--driver`` (default: reference)."""

@@ -1,0 +1,103 @@
+"""Driver registry: resolve a driver spec such as ``reference``, ``mutant:quant_off_by_2``,
+``litert:kernels=ref,threads=1`` or ``my_package.module:factory`` to a driver instance.
+
+Names come from the built-in table below and from the ``nncert.drivers`` entry-point group,
+so an installed package can plug its own driver in. Options after ``:`` are comma-separated
+``key=value`` pairs passed to the factory as keyword arguments (strings); a bare word is a
+positional argument (``mutant:NAME``, ``service:DRIVER``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from nncert.drivers.base import Driver
+
+ENTRY_POINT_GROUP = "nncert.drivers"
+
+#: name -> (import path of the factory, one-line description)
+BUILTIN: dict[str, tuple[str, str]] = {
+    "reference": ("nncert.drivers.reference:ReferenceDriver",
+                  "numpy reference kernels of the operation catalogue (the golden)"),
+    "mutant": ("nncert.drivers.mutants:create",
+               "deliberately faulty drivers the suites must catch: mutant:NAME"),
+}
+
+
+class DriverSpecError(ValueError):
+    """A driver spec that names no known driver or passes options it rejects."""
+
+
+def known_drivers() -> dict[str, str]:
+    """Every name that can be plugged in, with a description."""
+    names = {name: desc for name, (_, desc) in BUILTIN.items()}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(ep.name, f"entry point {ep.value}")
+    return dict(sorted(names.items()))
+
+
+def parse_spec(spec: str) -> tuple[str, list[str], dict[str, str]]:
+    """Split ``name[:opts]`` (or ``pkg.module:factory[:opts]``) into name, positionals, options."""
+    spec = spec.strip()
+    if not spec:
+        raise DriverSpecError("empty driver spec")
+    head, _, rest = spec.partition(":")
+    if "." in head:  # an import path: module:factory[:options]
+        factory, _, rest = rest.partition(":")
+        if not factory:
+            raise DriverSpecError(f"driver spec {spec!r}: an import path needs module:factory")
+        head = f"{head}:{factory}"
+    args: list[str] = []
+    options: dict[str, str] = {}
+    for token in filter(None, (t.strip() for t in rest.split(","))):
+        key, eq, value = token.partition("=")
+        if eq:
+            if not key:
+                raise DriverSpecError(f"driver spec {spec!r}: option {token!r} has no name")
+            options[key] = value
+        elif options:
+            raise DriverSpecError(f"driver spec {spec!r}: positional {token!r} after key=value options")
+        else:
+            args.append(token)
+    return head, args, options
+
+
+def _import(path: str) -> Callable[..., Driver]:
+    module, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise DriverSpecError(f"cannot import driver module {module!r}: {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise DriverSpecError(f"module {module!r} has no {attr!r}") from None
+    return obj
+
+
+def factory_for(name: str) -> Callable[..., Driver]:
+    if ":" in name:
+        return _import(name)
+    if name in BUILTIN:
+        return _import(BUILTIN[name][0])
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        return ep.load()
+    raise DriverSpecError(f"unknown driver {name!r}; known drivers: {', '.join(known_drivers())}")
+
+
+def load_driver(spec: str, extra_options: dict[str, str] | None = None) -> Driver:
+    """Instantiate the driver ``spec`` names; options are merged with ``extra_options``."""
+    name, args, options = parse_spec(spec)
+    options.update(extra_options or {})
+    factory = factory_for(name)
+    try:
+        driver = factory(*args, **options)
+    except (TypeError, ValueError, KeyError) as e:
+        raise DriverSpecError(f"driver {spec!r}: {e}") from None
+    if not isinstance(driver, Driver):
+        raise DriverSpecError(f"driver {spec!r}: factory returned {type(driver).__name__}, not a Driver")
+    return driver

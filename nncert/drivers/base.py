@@ -1,0 +1,298 @@
+"""The driver protocol (the NN HAL's IDevice / IPreparedModel / IBurst, Python-cased) and a
+base class that supplies what a driver does not implement itself.
+
+A driver implements at least ``capabilities``, ``supported_operations``, ``prepare_model``
+and its prepared model's ``execute_synchronously``. ``Driver`` / ``PreparedModel`` then
+supply, the way the AOSP utilities do:
+
+- asynchronous execution (``execute``): the synchronous path on a worker thread, whose
+  result is read from an ``ExecutionCallback`` (EXE-1);
+- fenced execution (``execute_fenced``): waits for every given ``SyncFence``, runs the
+  synchronous path, and returns an already signalled state (no fence, EXE-1) with the
+  launched/fenced timings of EXE-8;
+- bursts (``configure_execution_burst``): a ``Burst`` that caches memories by slot id and
+  forgets them on ``release_memory_resource`` (BURST-1/2);
+- "not supported" for compilation caching and memory domains.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nncert.hal.errors import HalError
+from nncert.hal.memory import Memory
+from nncert.hal.model import (
+    NO_TIMING_INFO,
+    Capabilities,
+    Model,
+    OutputShape,
+    Request,
+    Timing,
+)
+from nncert.hal.types import (
+    LATEST,
+    NO_TIMING,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    Priority,
+    Version,
+)
+
+#: Deadlines are absolute ``time.monotonic_ns()`` values; None means no deadline (EXE-10).
+Deadline = int | None
+
+
+class SyncFence:
+    """A sync fence: an eventfd that becomes readable once signalled (EXE-1).
+
+    The descriptor can be passed to another process and waited on with poll/select.
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._closed = False
+
+    @classmethod
+    def signalled(cls) -> SyncFence:
+        fence = cls()
+        fence.signal()
+        return fence
+
+    def signal(self) -> None:
+        os.eventfd_write(self.fd, 1)
+
+    def is_signalled(self) -> bool:
+        return self.wait(0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once signalled; False if ``timeout`` seconds passed first."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return bool(ready)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self.fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class ExecutionResult:
+    status: ErrorStatus = ErrorStatus.NONE
+    output_shapes: list[OutputShape] = field(default_factory=list)
+    timing: Timing = NO_TIMING_INFO
+    message: str = ""
+
+    def raise_for_status(self) -> tuple[list[OutputShape], Timing]:
+        if self.status is not ErrorStatus.NONE:
+            raise HalError(self.status, self.message, self.output_shapes)
+        return self.output_shapes, self.timing
+
+
+class ExecutionCallback:
+    """What an asynchronous execution notifies (IExecutionCallback)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result = ExecutionResult(ErrorStatus.GENERAL_FAILURE, message="not notified")
+
+    def notify(self, result: ExecutionResult) -> None:
+        self._result = result
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> ExecutionResult:
+        if not self._done.wait(timeout):
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, message="execution callback never notified")
+        return self._result
+
+
+@dataclass
+class FencedExecutionInfo:
+    """IFencedExecutionCallback.getExecutionInfo (EXE-8)."""
+
+    status: ErrorStatus
+    timing_launched: Timing = NO_TIMING_INFO
+    timing_fenced: Timing = NO_TIMING_INFO
+
+
+def _micros(ns: int) -> int:
+    return max(0, ns // 1000)
+
+
+def check_deadline(deadline: Deadline, what: str) -> None:
+    if deadline is not None and time.monotonic_ns() >= deadline:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {what}")
+
+
+class PreparedModel:
+    """Base of prepared models: subclasses implement ``execute_synchronously``."""
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: Deadline = None,
+                              loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        raise NotImplementedError
+
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                deadline: Deadline = None, loop_timeout: int | None = None) -> ExecutionCallback:
+        """Asynchronous execution: returns at once; the callback is notified when done."""
+        callback = ExecutionCallback()
+
+        def run() -> None:
+            callback.notify(self._run(request, measure, deadline, loop_timeout))
+
+        threading.Thread(target=run, name="nncert-execute", daemon=True).start()
+        return callback
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                       measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                       loop_timeout: int | None = None,
+                       timeout_after_fence: int | None = None
+                       ) -> tuple[SyncFence | None, FencedExecutionInfo]:
+        """Fenced execution. Waits for ``wait_for``, runs, and returns (None, info): the work
+        is complete when the call returns, so no fence is needed (EXE-1)."""
+        start = time.monotonic_ns()
+        for fence in wait_for:
+            remaining = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+            if not fence.wait(remaining):
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                               "a wait-for fence was not signalled in time")
+        fences_done = time.monotonic_ns()
+        result = self._run(request, measure, deadline, loop_timeout)
+        if result.status is not ErrorStatus.NONE:
+            raise HalError(result.status, result.message, result.output_shapes)
+        if measure is MeasureTiming.YES:
+            end = time.monotonic_ns()
+            device = result.timing.time_on_device
+            launched = Timing(device, _micros(end - start))
+            fenced = Timing(device, _micros(end - fences_done))
+            return None, FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
+        return None, FencedExecutionInfo(ErrorStatus.NONE)
+
+    def configure_execution_burst(self) -> Burst:
+        return Burst(self)
+
+    def _run(self, request: Request, measure: MeasureTiming, deadline: Deadline,
+             loop_timeout: int | None) -> ExecutionResult:
+        try:
+            shapes, timing = self.execute_synchronously(request, measure, deadline, loop_timeout)
+        except HalError as e:
+            return ExecutionResult(e.status, e.output_shapes, NO_TIMING_INFO, e.message)
+        except Exception as e:  # a driver bug must surface as a status, not kill the caller
+            return ExecutionResult(ErrorStatus.GENERAL_FAILURE, [], NO_TIMING_INFO,
+                                   f"{type(e).__name__}: {e}")
+        return ExecutionResult(ErrorStatus.NONE, shapes, timing)
+
+
+class Burst:
+    """A burst: rapid executions of one prepared model whose request memories are named by
+    slot ids and cached between runs (BURST-1/2)."""
+
+    def __init__(self, prepared: PreparedModel) -> None:
+        self.prepared = prepared
+        self.slots: dict[int, Memory | int] = {}
+
+    def execute(self, request: Request, slots: Sequence[int],
+                measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        """Run ``request``; ``slots[i]`` is the slot id of ``request.pools[i]``."""
+        if len(slots) != len(request.pools):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"{len(slots)} slot ids for {len(request.pools)} pools")
+        for slot, pool in zip(slots, request.pools, strict=True):
+            if slot < 0:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid memory slot {slot}")
+            self.slots.setdefault(slot, pool)
+        cached = Request(request.inputs, request.outputs, [self.slots[s] for s in slots])
+        return self.prepared.execute_synchronously(cached, measure, deadline, loop_timeout)
+
+    def release_memory_resource(self, slot: int) -> None:
+        if slot not in self.slots:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown memory slot {slot}")
+        del self.slots[slot]
+
+
+class Driver:
+    """Base of drivers (IDevice). ``name`` is how the registry knows it."""
+
+    name: str = "driver"
+    feature_level: Version = LATEST
+    device_type: DeviceType = DeviceType.OTHER
+
+    def __init__(self, **options: Any) -> None:
+        if options:
+            raise ValueError(f"driver {self.name!r} takes no option {', '.join(sorted(options))!r}")
+
+    # -- queries (DRV-1: the same answer every time) --
+    def capabilities(self) -> Capabilities:
+        raise NotImplementedError
+
+    def version_string(self) -> str:
+        return f"nncert-{self.name}"
+
+    def type(self) -> DeviceType:
+        return self.device_type
+
+    def supported_extensions(self) -> list[str]:
+        return []
+
+    def number_of_cache_files_needed(self) -> tuple[int, int]:
+        """(model cache files, data cache files); (0, 0): no compilation caching (CACHE-2)."""
+        return 0, 0
+
+    # -- compilation --
+    def supported_operations(self, model: Model) -> list[bool]:
+        raise NotImplementedError
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        raise NotImplementedError
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name} does not support compilation caching")
+
+    # -- memory domains (MEM-4, optional) --
+    def allocate(self, *args: Any, **kwargs: Any) -> Any:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name} does not support memory domains")
+
+    def close(self) -> None:
+        """Release the driver (a hosted driver stops its service)."""
+
+
+def timing_for(measure: MeasureTiming, start_ns: int, device_ns: int) -> Timing:
+    """Timing of a successful run: device time and total driver time, in microseconds (EXE-7)."""
+    if measure is not MeasureTiming.YES:
+        return NO_TIMING_INFO
+    total = _micros(time.monotonic_ns() - start_ns)
+    return Timing(min(_micros(device_ns), total), total)
+
+
+__all__ = [
+    "NO_TIMING",
+    "Burst",
+    "Deadline",
+    "Driver",
+    "ExecutionCallback",
+    "ExecutionResult",
+    "FencedExecutionInfo",
+    "PreparedModel",
+    "SyncFence",
+    "check_deadline",
+    "timing_for",
+]

@@ -1,0 +1,209 @@
+"""Mutant drivers: the reference driver with one deliberate fault each.
+
+Every suite proves its teeth against one of these (tests/test_mutants.py): run against the
+mutant, the suite must fail, in a test that names the requirement the fault breaks.
+Select one with ``--driver mutant:NAME``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nncert.drivers.base import Deadline, ExecutionCallback, PreparedModel
+from nncert.drivers.reference import ReferenceDriver, ReferencePreparedModel
+from nncert.hal.errors import HalError
+from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.request_io import read_inputs, write_outputs
+from nncert.hal.types import NO_TIMING, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.ops import get
+from nncert.ops.interpreter import run_model
+
+
+class MutantPreparedModel(ReferencePreparedModel):
+    """Reference execution with the driver's hooks on the computation and the result."""
+
+    def __init__(self, model: Model, driver: MutantDriver) -> None:
+        super().__init__(model)
+        self.driver = driver
+
+    def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        outputs = self.driver.run(self.model, inputs)
+        return [self.driver.mutate_output(self.model, i, o) for i, o in enumerate(outputs)]
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: Deadline = None,
+                              loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        if self.driver.validates:
+            result = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            return self.driver.mutate_result(self.model, result)
+        # No validation at all: whatever happens in the kernels is what the caller gets.
+        try:
+            outputs = self.compute(read_inputs(self.model, request))
+            return write_outputs(self.model, request, outputs), Timing()
+        except HalError:
+            raise
+        except Exception as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}") from None
+
+
+class MutantDriver(ReferenceDriver):
+    """Base of mutants: the reference driver plus hooks, each the identity by default."""
+
+    validates = True  # False: skip every validation step
+    prepared_class: type[MutantPreparedModel] = MutantPreparedModel
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        if not self.validates:
+            return [get(op.type) is not None for op in model.main.operations]
+        return super().supported_operations(model)
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        if self.validates:
+            super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
+        return self.prepared_class(model.copy(), self)
+
+    def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        return run_model(model, inputs)
+
+    def mutate_output(self, model: Model, i: int, value: np.ndarray) -> np.ndarray:
+        return value
+
+    def mutate_result(self, model: Model, result: tuple[list[OutputShape], Timing]
+                      ) -> tuple[list[OutputShape], Timing]:
+        return result
+
+
+class QuantOffBy2(MutantDriver):
+    """Quantised outputs are two steps too high (saturating): breaks ACC-2."""
+
+    name = "quant_off_by_2"
+
+    def mutate_output(self, model: Model, i: int, value: np.ndarray) -> np.ndarray:
+        t = model.main.operands[model.main.output_indexes[i]].type
+        if not t.is_quant:
+            return value
+        lo, hi = t.quant_range
+        return np.clip(value.astype(np.int64) + 2, lo, hi).astype(value.dtype)
+
+
+class Fp32AsFp16(MutantDriver):
+    """Computes float32 models in float16 even when relaxed computation was not allowed:
+    inputs, constants and results pass through float16. Breaks ACC-1."""
+
+    name = "fp32_as_fp16"
+
+    def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        halved = [x.astype(np.float16).astype(np.float32) if x is not None and x.dtype == np.float32 else x
+                  for x in inputs]
+        return run_model(model, halved)
+
+    def mutate_output(self, model: Model, i: int, value: np.ndarray) -> np.ndarray:
+        if value.dtype == np.float32:
+            return value.astype(np.float16).astype(np.float32)
+        return value
+
+
+class NoValidation(MutantDriver):
+    """Never validates models or requests: accepts invalid ones. Breaks VAL-1."""
+
+    name = "no_validation"
+    validates = False
+
+
+class TimingInverted(MutantDriver):
+    """Reports timeOnDevice greater than timeInDriver. Breaks EXE-7."""
+
+    name = "timing_inverted"
+
+    def mutate_result(self, model, result):
+        shapes, timing = result
+        if timing.time_in_driver != NO_TIMING:
+            timing = Timing(timing.time_in_driver + 1000, timing.time_in_driver)
+        return shapes, timing
+
+
+class WrongDynamicShape(MutantDriver):
+    """Reports the wrong shape for outputs whose shape the model left unknown. Breaks EXE-4."""
+
+    name = "wrong_dynamic_shape"
+
+    def mutate_result(self, model, result):
+        shapes, timing = result
+        out = []
+        for idx, shape in zip(model.main.output_indexes, shapes, strict=True):
+            if not model.main.operands[idx].fully_specified and shape.dimensions:
+                dims = (shape.dimensions[0] + 1, *shape.dimensions[1:])
+                shape = dataclasses.replace(shape, dimensions=dims)
+            out.append(shape)
+        return out, timing
+
+
+class StaleAsync(MutantDriver):
+    """The asynchronous path returns the previous request's results. Breaks EXE-3."""
+
+    name = "stale_async"
+
+    class Prepared(MutantPreparedModel):
+        previous: list[bytes] | None = None
+
+        def execute(self, request, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
+            callback = ExecutionCallback()
+            result = self._run(request, measure, deadline, loop_timeout)
+            fresh = [_output_bytes(request, i) for i in range(len(request.outputs))]
+            if self.previous is not None:
+                for i, data in enumerate(self.previous):
+                    _write_output_bytes(request, i, data)
+            type(self).previous = fresh
+            callback.notify(result)
+            return callback
+
+    prepared_class = Prepared
+
+
+def _output_bytes(request: Request, i: int) -> bytes:
+    loc = request.outputs[i].location
+    return bytes(request.pools[loc.pool_index].view()[loc.offset:loc.offset + loc.length])
+
+
+def _write_output_bytes(request: Request, i: int, data: bytes) -> None:
+    loc = request.outputs[i].location
+    n = min(len(data), loc.length)
+    request.pools[loc.pool_index].view()[loc.offset:loc.offset + n] = data[:n]
+
+
+@dataclass(frozen=True)
+class MutantInfo:
+    cls: type[MutantDriver]
+    breaks: str
+
+
+MUTANTS: dict[str, MutantInfo] = {
+    m.cls.name: m for m in (
+        MutantInfo(QuantOffBy2, "ACC-2"),
+        MutantInfo(Fp32AsFp16, "ACC-1"),
+        MutantInfo(NoValidation, "VAL-1"),
+        MutantInfo(TimingInverted, "EXE-7"),
+        MutantInfo(WrongDynamicShape, "EXE-4"),
+        MutantInfo(StaleAsync, "EXE-3"),
+    )
+}
+
+
+def create(name: str = "", **options: str) -> MutantDriver:
+    """``mutant:NAME``: the mutant driver called NAME."""
+    if name not in MUTANTS:
+        raise ValueError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
+    driver = MUTANTS[name].cls(**options)
+    driver.name = f"mutant:{name}"
+    return driver
+
+
+__all__ = ["MUTANTS", "MutantDriver", "create"]

@@ -1,0 +1,61 @@
+"""Reading a request's inputs from its memory pools and writing its outputs (driver side).
+
+Any in-process driver uses these, so that row-major layout (EXE-2), shapes given in the
+request (EXE-6) and OUTPUT_INSUFFICIENT_SIZE (EXE-5) are handled the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nncert.hal.errors import HalError
+from nncert.hal.memory import Memory
+from nncert.hal.model import Model, OutputShape, Request, RequestArgument, dtype_of
+from nncert.hal.types import ErrorStatus
+
+
+def _pool_view(request: Request, arg: RequestArgument, what: str) -> memoryview:
+    pool = request.pools[arg.location.pool_index]
+    if not isinstance(pool, Memory):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what}: driver-managed buffers are not supported")
+    return pool.view()
+
+
+def read_inputs(model: Model, request: Request) -> list[np.ndarray | None]:
+    """The request's inputs as arrays (None for has_no_value). Assumes validate_request passed."""
+    values: list[np.ndarray | None] = []
+    for i, (idx, arg) in enumerate(zip(model.main.input_indexes, request.inputs, strict=True)):
+        if arg.has_no_value:
+            values.append(None)
+            continue
+        operand = model.main.operands[idx]
+        dims = tuple(arg.dimensions) or operand.dimensions
+        if not operand.type.is_scalar and (not dims or 0 in dims):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request input {i}: shape not fully specified")
+        dtype = dtype_of(operand.type)
+        loc = arg.location
+        raw = bytes(_pool_view(request, arg, f"request input {i}")[loc.offset:loc.offset + loc.length])
+        n = int(np.prod(dims)) if dims else 1
+        if len(raw) != n * dtype.itemsize:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"request input {i}: {len(raw)} bytes for {n} elements of {operand.type.name}")
+        values.append(np.frombuffer(raw, dtype=dtype).reshape(dims if not operand.type.is_scalar else ()))
+    return values
+
+
+def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray]) -> list[OutputShape]:
+    """Copy outputs into the request's buffers and return their shapes; raises
+    OUTPUT_INSUFFICIENT_SIZE (with every output's shape) if any buffer is too small (EXE-5)."""
+    shapes = []
+    for arg, value in zip(request.outputs, outputs, strict=True):
+        shapes.append(OutputShape(tuple(int(d) for d in value.shape), value.nbytes <= arg.location.length))
+    if not all(s.is_sufficient for s in shapes):
+        small = [i for i, s in enumerate(shapes) if not s.is_sufficient]
+        raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, f"output buffers too small: {small}", shapes)
+    for i, (arg, value) in enumerate(zip(request.outputs, outputs, strict=True)):
+        data = np.ascontiguousarray(value).tobytes()
+        off = arg.location.offset
+        _pool_view(request, arg, f"request output {i}")[off:off + len(data)] = data
+    return shapes

@@ -1,0 +1,96 @@
+"""What the suites do with a driver: prepare (or skip if declined), execute on a given path,
+and judge the outputs. One place, so every suite skips, fails and reports the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from nncert.drivers.base import Driver, PreparedModel
+from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.errors import HalError
+from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.types import ErrorStatus, MeasureTiming
+from nncert.testing.cases import OpCase
+from nncert.testing.criteria import compare
+
+#: The execution paths of EXE-1 and BURST-1.
+PATHS = ("sync", "async", "fenced", "burst")
+
+
+def execute(prepared: PreparedModel, request: Request, path: str = "sync",
+            measure: MeasureTiming = MeasureTiming.NO) -> tuple[list[OutputShape], Timing]:
+    """Run ``request`` on ``path``; raises HalError with the status on failure."""
+    if path == "sync":
+        return prepared.execute_synchronously(request, measure)
+    if path == "async":
+        return prepared.execute(request, measure).wait(timeout=60).raise_for_status()
+    if path == "fenced":
+        fence, info = prepared.execute_fenced(request, (), measure)
+        if fence is not None and not fence.wait(60):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "returned fence never signalled")
+        if info.status is not ErrorStatus.NONE:
+            raise HalError(info.status, "fenced execution failed")
+        return [], info.timing_launched
+    if path == "burst":
+        burst = prepared.configure_execution_burst()
+        return burst.execute(request, list(range(len(request.pools))), measure)
+    raise ValueError(f"unknown execution path {path!r} (known: {', '.join(PATHS)})")
+
+
+def declined(driver: Driver, model: Model) -> str | None:
+    """Why the driver declines ``model`` (one reason per declined operation), or None."""
+    supported = driver.supported_operations(model)
+    if len(supported) != len(model.main.operations):
+        pytest.fail(f"DRV-2: supported_operations returned {len(supported)} flags for "
+                    f"{len(model.main.operations)} operations")
+    names = [op.type.name for op, ok in zip(model.main.operations, supported, strict=True) if not ok]
+    return f"{driver.name} declines {', '.join(names)}" if names else None
+
+
+def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:
+    """Prepare a model the driver claims; skip (never fail) when it declines an operation.
+    A claimed model that then fails to prepare is a failure (DRV-2)."""
+    reason = declined(driver, model)
+    if reason:
+        pytest.skip(reason)
+    try:
+        return driver.prepare_model(model)
+    except HalError as e:
+        pytest.fail(f"DRV-2: claimed every operation, then prepare_model failed: {e}")
+
+
+def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], model: Model,
+                  relaxed: bool = False) -> None:
+    problems = []
+    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        operand = model.main.operands[model.main.output_indexes[i]]
+        mismatch = compare(e, a, operand.type, relaxed, output=i)
+        if mismatch:
+            problems.append(str(mismatch))
+    if problems:
+        pytest.fail("; ".join(problems))
+
+
+def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
+             pool_kind: str = "ashmem") -> None:
+    """Run one generated case on the driver and fail unless it matches the golden."""
+    version = case.variation_version(variation)
+    if version > driver.feature_level:
+        pytest.skip(f"needs HAL {version.label}, driver is {driver.feature_level.label}")
+    model, feeds = case.model(variation)
+    prepared = prepare_or_skip(driver, model)
+    expected_dims = [tuple(e.shape) for e in case.expected]
+    request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
+    try:
+        shapes, _ = execute(prepared, request, path)
+    except HalError as e:
+        pytest.fail(f"DRV-2: claimed every operation, then {path} execution failed: {e}")
+    if variation == "dynamic_output":
+        got = [tuple(s.dimensions) for s in shapes]
+        if got != expected_dims:
+            pytest.fail(f"EXE-4: output shapes reported {got}, expected {expected_dims}")
+    check_outputs(case.expected, read_outputs(model, request, expected_dims), model,
+                  relaxed=variation == "relaxed")
