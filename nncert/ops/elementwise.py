@@ -1,12 +1,19 @@
-"""Element-wise binary arithmetic: ADD, SUB, MUL, DIV (broadcasting, fused activation)."""
+"""Element-wise arithmetic: ADD SUB MUL DIV (broadcasting, fused activation), MAXIMUM MINIMUM
+(broadcasting), and the unary maths ABS EXP FLOOR LOG NEG RSQRT SIN SQRT.
+
+The factories ``binary`` and ``unary`` and the helpers ``by_version``, ``broadcast_pair_shape``
+and ``sample_broadcast_pair`` are shared with ``logical.py``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
-from nncert.hal.types import Version as V
+from nncert.hal.types import Version
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -14,37 +21,50 @@ from nncert.ops.base import (
     SampleContext,
     ShapeError,
     Signature,
+    TypeSpec,
+    Variant,
     broadcast_shape,
     broadcastable_dims,
     variants,
 )
 
-_BINARY = Signature(
-    inputs=(Arg("input0", ranks=(1, 2, 3, 4)), Arg("input1", ranks=(1, 2, 3, 4)),
-            Arg("act", T.INT32)),
-    outputs=(Arg("output"),),
-)
-_DIV = Signature(
-    inputs=(Arg("input0", ranks=(1, 2, 3, 4)), Arg("input1", ranks=(1, 2, 3, 4), domain="nonzero"),
-            Arg("act", T.INT32)),
-    outputs=(Arg("output"),),
-)
+#: "Supported tensor rank: up to 4" (None, the Arg default, stands for "from 1").
+UP_TO_4 = (1, 2, 3, 4)
 
 
-def _binary_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+def by_version(versions: dict[Version, tuple[T, ...]]) -> tuple[Variant, ...]:
+    """One variant per primary type, each with the HAL version it is listed under."""
+    return tuple(v for version, types in versions.items() for v in variants(version, *types))
+
+
+# ---------------------------------------------------------------------------------------
+# Broadcasting binary operations
+
+
+def broadcast_pair_shape(ctx: OpContext) -> list[tuple[int, ...]]:
     return [broadcast_shape(ctx.dims("input0"), ctx.dims("input1"))]
 
 
-def _binary_sample(s: SampleContext) -> None:
+def broadcast_pair_dims(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Two broadcast-compatible shapes (either may be the smaller one)."""
     dims = s.dims(s.draw.int(1, 4))
     other = broadcastable_dims(s, dims)
-    if s.draw.bool():
-        dims, other = other, dims
-    s.tensor("input0", dims)
-    s.tensor("input1", other)
+    return (other, dims) if s.draw.bool() else (dims, other)
+
+
+def sample_broadcast_pair(s: SampleContext) -> None:
+    dims0, dims1 = broadcast_pair_dims(s)
+    s.tensor("input0", dims0)
+    s.tensor("input1", dims1)
+
+
+def _int32_no_activation(ctx: OpContext) -> None:
+    if ctx.variant.primary is T.TENSOR_INT32 and ctx.value("act", 0) != 0:
+        raise ShapeError(f"act must be NONE (0) for TENSOR_INT32, is {ctx.value('act')}")
 
 
 def _mul_check(ctx: OpContext) -> None:
+    _int32_no_activation(ctx)
     out = ctx.outputs[0]
     if out.type.is_quant:
         a, b = ctx.operand("input0"), ctx.operand("input1")
@@ -53,35 +73,124 @@ def _mul_check(ctx: OpContext) -> None:
                              f"{a.scale * b.scale:g}")
 
 
-def _floor_div(ctx: OpContext) -> list[np.ndarray]:
-    a, b = ctx.value("input0"), ctx.value("input1")
-    if ctx.variant.primary is T.TENSOR_INT32:
+def _sample_mul(s: SampleContext) -> None:
+    # NNAPI wants output scale > input0 scale * input1 scale; free output scales are at least
+    # 1e-3, so quantised inputs keep scales <= 0.03.
+    dims0, dims1 = broadcast_pair_dims(s)
+    t = s.type("input0")
+    for name, dims in (("input0", dims0), ("input1", dims1)):
+        if t.is_quant:
+            s.tensor(name, dims, scale=s.draw.float(0.005, 0.03), zero_point=s.draw.int(*t.quant_range))
+        else:
+            s.tensor(name, dims)
+
+
+def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "i":  # TENSOR_INT32: floor division, like Python's //
         if np.any(b == 0):
-            raise ShapeError("integer division by zero")
-        return [np.floor_divide(a.astype(np.int64), b).astype(np.int32)]  # NNAPI: floor division
-    return [a / b]
+            raise ShapeError("input1 holds a zero: integer division by zero")
+        return np.floor_divide(a.astype(np.int64), b).astype(np.int32)
+    return a / b
 
 
-def _binary(op: Op, fn, versions: dict[V, tuple[T, ...]], sig: Signature = _BINARY,
-            check=None, doc: str = "") -> OpRecord:
-    vs = [v for version, types in versions.items() for v in variants(version, *types)]
-    kernel = fn if fn is _floor_div else (lambda ctx: [fn(ctx.value("input0"), ctx.value("input1"))])
-    return OpRecord(op, (sig,), tuple(vs), kernel, _binary_shape, _binary_sample,
-                    criterion="medium", activation="act", check=check, doc=doc)
+def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+           versions: dict[Version, tuple[T, ...]], *, doc: str, activation: bool = False,
+           out: TypeSpec = "T", ranks: tuple[int, ...] | None = None, domain1: str | None = None,
+           criterion: str = "medium", check: Callable[[OpContext], None] | None = None,
+           sample: Callable[[SampleContext], None] = sample_broadcast_pair) -> OpRecord:
+    """A broadcasting ``output = fn(input0, input1)`` record (optionally with a fused
+    activation input "act"); ``fn`` sees real values (raw ones for INT32 and BOOL8)."""
+    inputs = (Arg("input0", ranks=ranks), Arg("input1", ranks=ranks, domain=domain1))
+    if activation:
+        inputs += (Arg("act", T.INT32),)
+    sig = Signature(inputs=inputs, outputs=(Arg("output", out),))
+    return OpRecord(op, (sig,), by_version(versions),
+                    lambda ctx: [fn(ctx.value("input0"), ctx.value("input1"))],
+                    broadcast_pair_shape, sample, criterion=criterion,
+                    activation="act" if activation else None, check=check, doc=doc)
 
 
+# ---------------------------------------------------------------------------------------
+# Unary operations
+
+
+def _same_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [ctx.dims("input")]
+
+
+def sample_unary(s: SampleContext) -> None:
+    dims = s.dims(s.draw.int(1, 4))
+    t = s.type("input")
+    zero_point = None
+    if t.is_quant and s.signature.arg("input").domain == "positive":
+        lo, hi = t.quant_range
+        zero_point = s.draw.int(lo, (lo + hi) // 2)  # leaves at least half the range positive
+    s.tensor("input", dims, zero_point=zero_point)
+
+
+def _sample_floor(s: SampleContext) -> None:
+    dims = s.dims(s.draw.int(1, 4))
+    value = None
+    if s.draw.bool():  # integers and quarter steps: exact in fp16, hit floor's boundaries
+        value = s.draw.integers(dims, -12, 12) / 4.0
+    s.tensor("input", dims, value=value)
+
+
+def unary(op: Op, fn: Callable[[np.ndarray], np.ndarray], versions: dict[Version, tuple[T, ...]], *,
+          doc: str, criterion: str, domain: str | None = None,
+          ranks: tuple[int, ...] | None = None,
+          sample: Callable[[SampleContext], None] = sample_unary) -> OpRecord:
+    """An ``output = fn(input)`` record; quantised outputs (if any) have free parameters."""
+    sig = Signature(inputs=(Arg("input", ranks=ranks, domain=domain),), outputs=(Arg("output"),))
+    return OpRecord(op, (sig,), by_version(versions), lambda ctx: [fn(ctx.value("input"))],
+                    _same_shape, sample, criterion=criterion, doc=doc)
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(x)
+
+
+# ---------------------------------------------------------------------------------------
+
+_F = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 _Q8 = (T.TENSOR_QUANT8_ASYMM,)
+_Q8S = (T.TENSOR_QUANT8_ASYMM_SIGNED,)
+_MINMAX = {Version.V1_2: (*_F, T.TENSOR_INT32, *_Q8), Version.V1_3: _Q8S}
+_FLOAT_ONLY = {Version.V1_2: _F}
+
 RECORDS = [
-    _binary(Op.ADD, np.add, {V.V1_0: (T.TENSOR_FLOAT32, *_Q8), V.V1_2: (T.TENSOR_FLOAT16,),
-                             V.V1_3: (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32)},
-            doc="input0 + input1"),
-    _binary(Op.MUL, np.multiply, {V.V1_0: (T.TENSOR_FLOAT32, *_Q8), V.V1_2: (T.TENSOR_FLOAT16,),
-                                  V.V1_3: (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32)},
-            check=_mul_check, doc="input0 * input1"),
-    _binary(Op.SUB, np.subtract, {V.V1_1: (T.TENSOR_FLOAT32,), V.V1_2: (T.TENSOR_FLOAT16, *_Q8),
-                                  V.V1_3: (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32)},
-            doc="input0 - input1"),
-    _binary(Op.DIV, _floor_div, {V.V1_1: (T.TENSOR_FLOAT32,), V.V1_2: (T.TENSOR_FLOAT16,),
-                                 V.V1_3: (T.TENSOR_INT32,)},
-            sig=_DIV, doc="input0 / input1 (floor division for TENSOR_INT32)"),
+    binary(Op.ADD, np.add, {Version.V1_0: (T.TENSOR_FLOAT32, *_Q8), Version.V1_2: (T.TENSOR_FLOAT16,),
+                            Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
+           activation=True, ranks=UP_TO_4, check=_int32_no_activation, doc="input0 + input1"),
+    binary(Op.MUL, np.multiply, {Version.V1_0: (T.TENSOR_FLOAT32, *_Q8), Version.V1_2: (T.TENSOR_FLOAT16,),
+                                 Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
+           activation=True, ranks=UP_TO_4, check=_mul_check, sample=_sample_mul,
+           doc="input0 * input1"),
+    binary(Op.SUB, np.subtract, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16, *_Q8),
+                                 Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
+           activation=True, ranks=UP_TO_4, check=_int32_no_activation, doc="input0 - input1"),
+    binary(Op.DIV, _floor_div, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,),
+                                Version.V1_3: (T.TENSOR_INT32,)},
+           activation=True, ranks=UP_TO_4, domain1="nonzero", check=_int32_no_activation,
+           doc="input0 / input1 (floor division for TENSOR_INT32)"),
+    binary(Op.MAXIMUM, np.maximum, _MINMAX, criterion="strict",
+           doc="element-wise max(input0, input1); quantised inputs and output may differ in scale"),
+    binary(Op.MINIMUM, np.minimum, _MINMAX, criterion="strict",
+           doc="element-wise min(input0, input1); quantised inputs and output may differ in scale"),
+    unary(Op.ABS, np.abs, {Version.V1_2: _F, Version.V1_3: (T.TENSOR_INT32,)}, criterion="strict",
+          doc="|input|"),
+    unary(Op.NEG, np.negative, {Version.V1_2: (*_F, T.TENSOR_INT32)}, criterion="strict",
+          doc="-input"),
+    unary(Op.FLOOR, np.floor, {Version.V1_0: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,)},
+          ranks=UP_TO_4, criterion="medium", sample=_sample_floor,
+          doc="floor(input): the largest integer not greater than input"),
+    unary(Op.EXP, np.exp, _FLOAT_ONLY, criterion="relaxed", doc="e ** input"),
+    unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed",
+          doc="natural logarithm of input (input > 0)"),
+    unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", doc="sine of input (radians)"),
+    unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed",
+          doc="square root of input (input >= 0)"),
+    unary(Op.RSQRT, _rsqrt, {Version.V1_2: _F, Version.FL7: (*_Q8, *_Q8S)}, domain="positive",
+          criterion="relaxed",
+          doc="1 / sqrt(input) (input > 0); a quantised output has its own scale and zero point"),
 ]
