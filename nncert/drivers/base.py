@@ -171,6 +171,10 @@ class PreparedModel:
                                "a wait-for fence was not signalled in time")
         fences_done = time.monotonic_ns()
         result = self._run(request, measure, deadline, loop_timeout)
+        if result.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+            # A fenced execution cannot report output shapes: its outputs must fit (EXE-5).
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"fenced execution needs sufficient output buffers: {result.message}")
         if result.status is not ErrorStatus.NONE:
             raise HalError(result.status, result.message, result.output_shapes)
         if measure is MeasureTiming.YES:

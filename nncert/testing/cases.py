@@ -69,11 +69,12 @@ class OpCase:
         return case_id(self.record, self.signature, self.variant, self.nchw, self.activation,
                        self.seed)
 
-    def model(self, variation: str = "base") -> tuple[Model, list[np.ndarray]]:
-        """The case as a HAL model in a CTS ``variation``, with the request's input values."""
+    def model(self, variation: str = "base", pool_kind: str = "ashmem") -> tuple[Model, list[np.ndarray]]:
+        """The case as a HAL model in a CTS ``variation``, with the request's input values.
+        Large constants live in a pool of ``pool_kind`` (MEM-1, MEM-3)."""
         if variation not in VARIATIONS:
             raise ValueError(f"unknown variation {variation!r}")
-        b = ModelBuilder()
+        b = ModelBuilder(pool_kind)
         model_inputs: list[int] = []
         feeds: list[np.ndarray] = []
         op_inputs = []
@@ -210,7 +211,11 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
         if tuple(e.shape) != tuple(o.dimensions):
             raise ShapeError(f"{record.name}: kernel output {i} has shape {list(e.shape)}, "
                              f"the shape rule says {list(o.dimensions)}")
-    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, m.version)
+    version = m.version
+    if "min_version" in record.extras:  # version rules tied to quant parameters or values
+        real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
+        version = max(version, record.extras["min_version"](bind(record, in_ops, real_in, outputs, m)))
+    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, version)
 
 
 def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
@@ -350,6 +355,8 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
     finite = real[np.isfinite(real)] if real.size else np.zeros(1)
     rmin = min(0.0, float(finite.min()) if finite.size else 0.0)
     rmax = max(0.0, float(finite.max()) if finite.size else 0.0)
+    if lo == -hi or t is T.TENSOR_QUANT16_SYMM:  # symmetric types: zero point must be 0
+        return dataclasses.replace(o, scale=_f32(max(max(-rmin, rmax) / hi, 1e-3)), zero_point=0)
     scale = max((rmax - rmin) / (hi - lo), 1e-3)
     zp = int(np.clip(round(lo - rmin / scale), lo, hi))
     return dataclasses.replace(o, scale=_f32(scale), zero_point=zp)

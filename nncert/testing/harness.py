@@ -80,7 +80,7 @@ def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = 
     version = case.variation_version(variation)
     if version > driver.feature_level:
         pytest.skip(f"needs HAL {version.label}, driver is {driver.feature_level.label}")
-    model, feeds = case.model(variation)
+    model, feeds = case.model(variation, pool_kind)
     prepared = prepare_or_skip(driver, model)
     expected_dims = [tuple(e.shape) for e in case.expected]
     request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
