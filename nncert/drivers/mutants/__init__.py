@@ -82,7 +82,7 @@ class MutantDriver(ReferenceDriver):
 
 
 class QuantOffBy2(MutantDriver):
-    """Quantised outputs are two steps too high (saturating): breaks ACC-2."""
+    """Quantised outputs are two steps too high (saturating)."""
 
     name = "quant_off_by_2"
 
@@ -95,8 +95,9 @@ class QuantOffBy2(MutantDriver):
 
 
 class Fp32AsFp16(MutantDriver):
-    """Computes float32 models in float16 even when relaxed computation was not allowed:
-    inputs, constants and results pass through float16. Breaks ACC-1."""
+    """Computes float32 in float16 although relaxed computation was not allowed.
+
+    Inputs and results pass through float16."""
 
     name = "fp32_as_fp16"
 
@@ -112,14 +113,14 @@ class Fp32AsFp16(MutantDriver):
 
 
 class NoValidation(MutantDriver):
-    """Never validates models or requests: accepts invalid ones. Breaks VAL-1."""
+    """Never validates models or requests: accepts invalid ones."""
 
     name = "no_validation"
     validates = False
 
 
 class TimingInverted(MutantDriver):
-    """Reports timeOnDevice greater than timeInDriver. Breaks EXE-7."""
+    """Reports timeOnDevice greater than timeInDriver."""
 
     name = "timing_inverted"
 
@@ -131,7 +132,7 @@ class TimingInverted(MutantDriver):
 
 
 class WrongDynamicShape(MutantDriver):
-    """Reports the wrong shape for outputs whose shape the model left unknown. Breaks EXE-4."""
+    """Reports a wrong shape for outputs the model left unknown."""
 
     name = "wrong_dynamic_shape"
 
@@ -147,7 +148,7 @@ class WrongDynamicShape(MutantDriver):
 
 
 class StaleAsync(MutantDriver):
-    """The asynchronous path returns the previous request's results. Breaks EXE-3."""
+    """The asynchronous path returns the previous request's results."""
 
     name = "stale_async"
 

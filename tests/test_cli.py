@@ -1,0 +1,75 @@
+"""The command line and the pytest options: listings, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nncert.cli import main
+from nncert.drivers import DriverSpecError, load_driver, parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ops_lists_the_catalogue(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert "CONV_2D" in out and "operations" in out.splitlines()[-1]
+    assert main(["ops", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) >= 60
+    add = next(r for r in rows if r["operation"] == "ADD")
+    assert add["since"] == "1.0" and "float32" in add["variants"]["1.0"]
+
+
+def test_drivers_lists_reference_and_mutants(capsys):
+    assert main(["drivers"]) == 0
+    out = capsys.readouterr().out
+    assert "reference" in out and "mutant:quant_off_by_2" in out
+
+
+def test_unknown_driver_is_a_one_line_error(capsys):
+    assert main(["drivers", "--check", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown driver 'nosuch'" in err and "reference" in err
+
+
+@pytest.mark.parametrize("spec,head,args,options", [
+    ("reference", "reference", [], {}),
+    ("mutant:quant_off_by_2", "mutant", ["quant_off_by_2"], {}),
+    ("litert:kernels=ref,threads=1", "litert", [], {"kernels": "ref", "threads": "1"}),
+    ("pkg.mod:factory", "pkg.mod:factory", [], {}),
+    ("pkg.mod:factory:x=1", "pkg.mod:factory", [], {"x": "1"}),
+])
+def test_parse_spec(spec, head, args, options):
+    assert parse_spec(spec) == (head, args, options)
+
+
+@pytest.mark.parametrize("spec", ["", "nosuch", "reference:bogus=1", "mutant:nosuch", "pkg.mod",
+                                  "nncert.drivers.reference:Nope", "no_such_module.x:f", "a:=1"])
+def test_bad_specs_raise_driver_spec_error(spec):
+    with pytest.raises(DriverSpecError):
+        load_driver(spec)
+
+
+def test_import_path_spec_loads():
+    assert load_driver("nncert.drivers.reference:ReferenceDriver").name == "reference"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--driver=nosuch"], "unknown driver 'nosuch'"),
+    (["--driver=reference", "--driver-option=x=1"], "takes no option"),
+    (["--driver-option=oops"], "expected KEY=VALUE"),
+    (["--req=NOPE-1"], "no such requirement"),
+])
+def test_pytest_usage_errors_are_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and needle in errors[0], proc.stderr

@@ -1,0 +1,40 @@
+"""Every suite has teeth: run against each mutant driver, the conformance suite fails, in
+tests that name the requirement the mutant breaks (and the reference passes it: CI runs
+``pytest conformance`` on the reference itself)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nncert.drivers.mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_conformance(driver: str, report: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-q", "-p", "no:cacheprovider",
+         f"--driver={driver}", f"--nncert-report={report}",
+         *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200)
+
+
+@pytest.mark.req("ACC-1", "ACC-2", "VAL-1", "EXE-3", "EXE-4", "EXE-7")
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_conformance_catches_mutant(name, tmp_path):
+    report = tmp_path / "report.json"
+    proc = run_conformance(f"mutant:{name}", report)
+    assert proc.returncode == 1, f"suite did not fail against mutant:{name}:\n{proc.stdout[-2000:]}"
+    tests = json.loads(report.read_text())["tests"]
+    failed = {nodeid: rec for nodeid, rec in tests.items() if rec["outcome"] == "failed"}
+    broken = MUTANTS[name].breaks
+    naming = [n for n, rec in failed.items() if broken in rec["req"]]
+    assert naming, f"mutant:{name} failed {len(failed)} tests, none naming {broken}: {sorted(failed)[:5]}"
+    # The failures are about the broken requirement, not collateral noise.
+    assert len(naming) >= 0.5 * len(failed), \
+        f"only {len(naming)}/{len(failed)} failures name {broken}"
