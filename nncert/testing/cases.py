@@ -267,6 +267,8 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
             value = value.astype(dtype_of(t))
         if transpose:
             value = np.transpose(np.asarray(value).reshape(item.dims), _TO_NCHW)
+        elif nchw and a.name in record.extras.get("nchw_shape_inputs", ()):
+            value = np.asarray(value)[list(_TO_NCHW)]  # a 4-D shape vector sampled in NHWC order
         result.append(CaseInput(a, operand, np.ascontiguousarray(value), item.const or a.const))
     return result
 
