@@ -1,3 +1,98 @@
-"""(family being written)"""
+"""2-D pooling: AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D.
 
-RECORDS: list = []
+Window geometry (explicit and implicit padding) is shared with the convolutions through
+``nncert.ops.window``. Padded positions do not count: the average and the L2 mean divide
+by the number of taps that fall inside the input, and max ignores them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nncert.hal.types import OperandType as T
+from nncert.hal.types import OperationType as Op
+from nncert.hal.types import Version
+from nncert.ops.base import (
+    Arg,
+    OpContext,
+    OpRecord,
+    SampleContext,
+    ShapeError,
+    Signature,
+    same_as,
+    variants,
+)
+from nncert.ops.window import EXPLICIT, IMPLICIT, Window, gather, read_window, sample_window, valid_counts
+
+F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
+Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+
+
+def _sigs(out: Arg) -> tuple[Signature, Signature]:
+    inp = Arg("input", ranks=(4,))
+    pads = tuple(Arg(n, T.INT32) for n in ("pad_left", "pad_right", "pad_top", "pad_bottom"))
+    rest = (Arg("stride_w", T.INT32), Arg("stride_h", T.INT32), Arg("filter_w", T.INT32),
+            Arg("filter_h", T.INT32), Arg("act", T.INT32),
+            Arg("layout", T.BOOL, optional=True, default=False, since=Version.V1_2))
+    return (Signature((inp, *pads, *rest), (out,), EXPLICIT),
+            Signature((inp, Arg("padding", T.INT32), *rest), (out,), IMPLICIT))
+
+
+def _window(ctx: OpContext, h: int, w: int) -> Window:
+    return read_window(ctx, int(ctx.value("filter_h")), int(ctx.value("filter_w")), h, w)
+
+
+def _pool_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+    n, h, w, c = ctx.dims("input")
+    oh, ow = _window(ctx, h, w).out_size(h, w)
+    return [(n, oh, ow, c)]
+
+
+def _windows(ctx: OpContext, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gathered windows [N, OH, OW, FH, FW, C] and in-input tap counts [OH, OW]."""
+    x = ctx.value("input")
+    win = _window(ctx, x.shape[1], x.shape[2])
+    counts = valid_counts(win, x.shape[1], x.shape[2])
+    if counts.size and counts.min() == 0:
+        raise ShapeError("a pooling window lies wholly in the padding (padding >= filter size)")
+    return gather(x, win, fill), counts
+
+
+def _average(ctx: OpContext) -> list[np.ndarray]:
+    p, counts = _windows(ctx, 0.0)
+    return [p.sum(axis=(3, 4)) / counts[None, :, :, None]]
+
+
+def _max(ctx: OpContext) -> list[np.ndarray]:
+    p, _ = _windows(ctx, -np.inf)
+    return [p.max(axis=(3, 4))]
+
+
+def _l2(ctx: OpContext) -> list[np.ndarray]:
+    p, counts = _windows(ctx, 0.0)
+    return [np.sqrt((p * p).sum(axis=(3, 4)) / counts[None, :, :, None])]
+
+
+def _pool_sample(s: SampleContext) -> None:
+    fh, fw = s.draw.int(1, 4), s.draw.int(1, 4)
+    h, w = sample_window(s, fh, fw, pool=True)
+    s.scalar("filter_w", fw)
+    s.scalar("filter_h", fh)
+    s.tensor("input", (s.draw.int(1, 2), h, w, s.draw.int(1, 4)))
+
+
+def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: str) -> OpRecord:
+    vs = tuple(v for version, ts in types.items() for v in variants(version, *ts))
+    return OpRecord(op, _sigs(out), vs, kernel, _pool_shape, _pool_sample, criterion="relaxed",
+                    layout="layout", activation="act", doc=doc)
+
+
+_QUANT_POOL = {Version.V1_0: (F32, Q8), Version.V1_2: (F16,), Version.V1_3: (Q8S,)}
+RECORDS = [
+    _pool(Op.AVERAGE_POOL_2D, _average, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
+          "mean of each window, over the taps inside the input"),
+    _pool(Op.MAX_POOL_2D, _max, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
+          "maximum of each window, over the taps inside the input"),
+    _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),
+          "square root of the mean square of each window, over the taps inside the input"),
+]
