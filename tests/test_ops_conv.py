@@ -12,7 +12,7 @@ from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
 from nncert.ops import get
 from nncert.ops.base import ShapeError, match, to_real
-from nncert.ops.evaluate import bind, evaluate, output_shapes
+from nncert.ops.evaluate import bind, evaluate, instance_version, output_shapes
 from nncert.ops.window import implicit_padding, transpose_implicit_padding
 from nncert.testing.cases import enumerate_cases, sample_case
 
@@ -37,8 +37,10 @@ def flag(value):
 def _check(record, ops, raw, outs):
     m = match(record, [o.type for o in ops], [o.type for o in outs])
     values = [to_real(v, o) for o, v in zip(ops, raw, strict=True)]
+    ctx = bind(record, ops, values, outs, m)
     if record.check:
-        record.check(bind(record, ops, values, outs, m))
+        record.check(ctx)
+    m.version = instance_version(ctx)
     return m, values
 
 

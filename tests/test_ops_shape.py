@@ -19,7 +19,7 @@ from nncert.hal.types import Version
 from nncert.hal.validation import validate_model
 from nncert.ops import get
 from nncert.ops.base import ShapeError, match, to_real
-from nncert.ops.evaluate import bind, evaluate, output_shapes
+from nncert.ops.evaluate import bind, evaluate, instance_version, output_shapes
 from nncert.ops.interpreter import run_model
 from nncert.testing.cases import sample_case
 
@@ -74,7 +74,7 @@ def invalid(op, inputs, out_type=F32, scale=0.0, zero_point=0):
 def version_of(op, inputs, out_type, scale=0.0, zero_point=0):
     record, ops, _, real, out = _bound(op, inputs, out_type, scale, zero_point)
     m = match(record, [None if o is None else o.type for o in ops], [out_type])
-    return record.extras["min_version"](bind(record, ops, real, [out], m))
+    return instance_version(bind(record, ops, real, [out], m))
 
 
 # ---------------------------------------------------------------------------------------

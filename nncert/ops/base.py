@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -184,7 +184,7 @@ class Variant:
 
 def variants(version: Version, *types: OperandType, **extra: OperandType) -> list[Variant]:
     """One Variant per primary type ``T`` in ``types``, each with the ``extra`` bindings."""
-    return [Variant(version, (("T", t),) + tuple(extra.items())) for t in types]
+    return [Variant(version, (("T", t), *extra.items())) for t in types]
 
 
 def variant(version: Version, **bindings: OperandType) -> Variant:
@@ -210,8 +210,12 @@ class OpRecord:
     activation: str | None = None  # name of the fused activation input
     dequantize: bool = True  # kernel sees real values of quantised operands
     check: Callable[[OpContext], None] | None = None  # extra validity rules
+    #: The HAL version an instance needs beyond its variant's, when that depends on
+    #: quantisation parameters, ranks or constant values (e.g. CONCATENATION before 1.2).
+    min_version: Callable[[OpContext], Version] | None = None
+    #: 4-element shape-vector inputs written in the operation's layout (NCHW when it is).
+    layout_vectors: tuple[str, ...] = ()
     doc: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -103,16 +103,12 @@ def _f32_product(a: float, b: float) -> float:
     return float(np.float32(a) * np.float32(b))
 
 
-def _quant_check(ctx: OpContext, filter_name: str = "filter", channel_dim: int = 0,
-                 old_scale_rule: bool = False) -> None:
+def _quant_check(ctx: OpContext, filter_name: str = "filter", channel_dim: int = 0) -> None:
     """Quantisation rules shared by the filtered operations.
 
     - a per-channel filter is quantised along ``channel_dim`` with one scale per channel;
     - a one-scale quantised filter needs bias_scale == input_scale * filter_scale (NNAPI
       allows a relative difference of 1e-6);
-    - ``old_scale_rule``: before 1.2 a TENSOR_QUANT8_ASYMM output needed
-      output_scale > input_scale * filter_scale. An instance that breaks it is still valid
-      from 1.2 on, so this raises the HAL version the instance needs rather than failing.
     """
     f = ctx.operand(filter_name)
     if f.channel_quant is not None:
@@ -132,9 +128,20 @@ def _quant_check(ctx: OpContext, filter_name: str = "filter", channel_dim: int =
     got = ctx.operand("bias").scale
     if abs(want - got) > 1e-6 * min(want, got):
         raise ShapeError(f"bias scale {got:g} must equal input scale x {filter_name} scale ({want:g})")
-    out = ctx.outputs[0]
-    if old_scale_rule and out.type is Q8 and not out.scale > want:
-        ctx.match.version = max(ctx.match.version, Version.V1_2)
+
+
+def _old_output_scale_rule(filter_name: str = "filter"):
+    """Before 1.2 a TENSOR_QUANT8_ASYMM output needed output_scale > input_scale x filter_scale;
+    an instance that breaks it is valid from 1.2 on (a ``min_version`` rule, not an error)."""
+
+    def min_version(ctx: OpContext) -> Version:
+        f, out = ctx.operand(filter_name), ctx.outputs[0]
+        if out.type is Q8 and f.channel_quant is None and f.type.is_quant and \
+                not out.scale > _f32_product(ctx.operand("input").scale, f.scale):
+            return Version.V1_2
+        return Version.V1_0
+
+    return min_version
 
 
 def _dilation_check(ctx: OpContext) -> None:
@@ -209,7 +216,7 @@ def _conv_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 def _conv_check(ctx: OpContext) -> None:
     _dilation_check(ctx)
-    _quant_check(ctx, channel_dim=0, old_scale_rule=True)
+    _quant_check(ctx, channel_dim=0)
 
 
 def _conv_sample(s: SampleContext) -> None:
@@ -251,7 +258,7 @@ def _depthwise_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 def _depthwise_check(ctx: OpContext) -> None:
     _dilation_check(ctx)
-    _quant_check(ctx, channel_dim=3, old_scale_rule=True)
+    _quant_check(ctx, channel_dim=3)
 
 
 def _depthwise_sample(s: SampleContext) -> None:
@@ -435,7 +442,7 @@ def _fc_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _fc_check(ctx: OpContext) -> None:
-    _quant_check(ctx, "weights", old_scale_rule=True)
+    _quant_check(ctx, "weights")
 
 
 def _fc_sample(s: SampleContext) -> None:
@@ -466,13 +473,14 @@ _FC = Signature((Arg("input", ranks=(2, 3, 4), domain="unit"),
 RECORDS = [
     OpRecord(Op.CONV_2D, _window_sigs((), (_LAYOUT_OPT, *_DILATION)), _conv_variants(Version.V1_0),
              _conv_kernel, _conv_shape, _conv_sample, criterion="conv", layout="layout",
-             activation="act", check=_conv_check,
+             activation="act", check=_conv_check, min_version=_old_output_scale_rule(),
              doc="2-D convolution: output[b,i,j,o] = sum over the window and input channels of "
                  "input x filter[o], plus bias[o]"),
     OpRecord(Op.DEPTHWISE_CONV_2D,
              _window_sigs((Arg("multiplier", T.INT32),), (_LAYOUT_OPT, *_DILATION)),
              _conv_variants(Version.V1_0), _depthwise_kernel, _depthwise_shape, _depthwise_sample,
              criterion="conv", layout="layout", activation="act", check=_depthwise_check,
+             min_version=_old_output_scale_rule(),
              doc="depthwise 2-D convolution: each input channel k is convolved with its own "
                  "multiplier filters into output channels k * multiplier + q, plus bias"),
     OpRecord(Op.GROUPED_CONV_2D, _window_sigs((Arg("groups", T.INT32),), (_LAYOUT,)),
@@ -485,13 +493,13 @@ RECORDS = [
                                                   const=True),)),
              _conv_variants(Version.V1_2), _transpose_kernel, _transpose_shape, _transpose_sample,
              criterion="conv", layout="layout", activation="act", check=_transpose_check,
-             extras={"nchw_shape_inputs": ("output_shape",)},
+             layout_vectors=("output_shape",),
              doc="transpose (gradient) of CONV_2D: each input position adds input x filter into "
                  "a stride-spaced output window, cropped by the padding, plus bias"),
     OpRecord(Op.FULLY_CONNECTED, (_FC,),
              (*variants(Version.V1_0, F32, Q8), *variants(Version.V1_2, F16), *variants(Version.V1_3, Q8S)),
              _fc_kernel, _fc_shape, _fc_sample, criterion="conv", activation="act",
-             check=_fc_check,
+             check=_fc_check, min_version=_old_output_scale_rule("weights"),
              doc="fully connected layer: input flattened to [batch, input_size] times weights' "
                  "transpose, plus bias"),
 ]

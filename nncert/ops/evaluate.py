@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from nncert.hal.model import Operand, dtype_of
+from nncert.hal.types import Version
 from nncert.ops.base import (
     Match,
     OpContext,
@@ -57,6 +58,14 @@ def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[An
             outputs[i] = dataclasses.replace(
                 outputs[i], dimensions=tuple(outputs[i].dimensions[j] for j in _TO_NHWC))
     return OpContext(record, m, inputs, values, outputs)
+
+
+def instance_version(ctx: OpContext) -> Version:
+    """The HAL version an operation instance needs: its variant's and newer optional inputs'
+    (``match``), raised by the record's ``min_version`` rule where it has one."""
+    if ctx.record.min_version is None:
+        return ctx.match.version
+    return max(ctx.match.version, ctx.record.min_version(ctx))
 
 
 def output_shapes(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[Any],

@@ -31,7 +31,8 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray])
     for n, op in enumerate(subgraph.operations):
         record = get(op.type)
         if record is None:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {n} ({op.type.name}) has no reference kernel")
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"operation {n} ({op.type.name}) has no reference kernel")
         in_ops: list[Operand | None] = []
         for idx in op.inputs:
             operand = subgraph.operands[idx]
@@ -46,7 +47,7 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray])
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {n} ({op.type.name}): {e}") from None
         for idx, arr, operand in zip(op.outputs, outs, out_ops, strict=True):
             declared = operand.dimensions
-            if declared and any(d and d != a for d, a in zip(declared, arr.shape, strict=False)) \
+            if (declared and any(d and d != a for d, a in zip(declared, arr.shape, strict=False))) \
                     or (declared and len(declared) != arr.ndim):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"operation {n} ({op.type.name}) output operand {idx} is declared "

@@ -4,7 +4,7 @@ LOCAL_RESPONSE_NORMALIZATION.
 Each normalises the 1-D slices of its input along ``axis`` (the last dimension by
 default). SOFTMAX, L2_NORMALIZATION and LOCAL_RESPONSE_NORMALIZATION took no axis before
 HAL 1.2 (its presence raises an instance's version, ``Arg.since``), and accepted fewer
-ranks: their ``extras["min_version"]`` raises the version of an instance of another rank
+ranks: their ``min_version`` raises the version of an instance of another rank
 to 1.2.
 """
 
@@ -59,7 +59,7 @@ def _check(positive: tuple[str, ...] = ()) -> Callable[[OpContext], None]:
 
 
 def _ranks_before_1_2(ranks: tuple[int, ...]) -> Callable[[OpContext], Version]:
-    """``extras["min_version"]``: an input rank outside ``ranks`` needs HAL 1.2."""
+    """``min_version``: an input rank outside ``ranks`` needs HAL 1.2."""
 
     def min_version(ctx: OpContext) -> Version:
         if ctx.rank("input") in ranks:
@@ -125,7 +125,7 @@ _SOFTMAX = OpRecord(
     _softmax, same_shape, _softmax_sampler(_SOFTMAX_RANKS_1_0, axis_optional=True),
     criterion="relaxed", check=_check(positive=("beta",)),
     doc="exp(beta * x) / sum(exp(beta * x)) over the 1-D slices of input along axis",
-    extras={"min_version": _ranks_before_1_2(_SOFTMAX_RANKS_1_0)},
+    min_version=_ranks_before_1_2(_SOFTMAX_RANKS_1_0),
 )
 
 _LOG_SOFTMAX = OpRecord(
@@ -174,7 +174,7 @@ _L2_NORMALIZATION = OpRecord(
     _l2_normalization, same_shape, _l2_sample,
     criterion="relaxed", check=_check(),
     doc="input / sqrt(sum(input ** 2)) over the 1-D slices of input along axis",
-    extras={"min_version": _ranks_before_1_2(_RANKS_1_0)},
+    min_version=_ranks_before_1_2(_RANKS_1_0),
 )
 
 # ---------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ _LOCAL_RESPONSE_NORMALIZATION = OpRecord(
     _local_response_normalization, same_shape, _lrn_sample,
     criterion="relaxed", check=_check(),
     doc="input / (bias + alpha * sum of squares within radius along axis) ** beta",
-    extras={"min_version": _ranks_before_1_2(_RANKS_1_0)},
+    min_version=_ranks_before_1_2(_RANKS_1_0),
 )
 
 RECORDS = [_SOFTMAX, _LOG_SOFTMAX, _L2_NORMALIZATION, _LOCAL_RESPONSE_NORMALIZATION]

@@ -6,7 +6,7 @@ so every record uses the "strict" criterion. Tensor parameters that decide the o
 (shape, paddings, perm, begin/end/strides, size, multiples) are sampled as constants; the
 indices of GATHER are data and may be runtime inputs.
 
-Records may carry ``extras["min_version"]``: a function of the bound OpContext giving the
+Records may carry ``min_version``: a function of the bound OpContext giving the
 HAL version an instance needs beyond its type variant, for rules NNAPI ties to quantisation
 parameters or values rather than to operand types (CONCATENATION with differing
 TENSOR_QUANT8_ASYMM parameters, PAD of TENSOR_QUANT8_ASYMM with a non-zero padding).
@@ -243,7 +243,7 @@ CONCATENATION = _copy_record(
     _vs({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,)}),
     _concat_kernel, _concat_shape, _concat_sample,
     doc="the input tensors joined along axis (quantised inputs requantised to the output's parameters)",
-    extras={"min_version": _concat_min_version},
+    min_version=_concat_min_version,
 )
 
 
@@ -322,7 +322,7 @@ PAD = _copy_record(
     Signature((Arg("input", ranks=_UP_TO_4), Arg("paddings", _I32, ranks=(2,))), _output()),
     _V11_TYPES, _pad_kernel, _pad_shape, _pad_sample,
     doc="the input surrounded by paddings[i] elements of logical zero before/after each dimension i",
-    extras={"min_version": _pad_min_version},
+    min_version=_pad_min_version,
 )
 
 PAD_V2 = _copy_record(

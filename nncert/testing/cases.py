@@ -32,7 +32,7 @@ from nncert.ops.base import (
     match,
     quantize,
 )
-from nncert.ops.evaluate import bind, evaluate, evaluate_real, output_shapes
+from nncert.ops.evaluate import bind, evaluate, evaluate_real, instance_version, output_shapes
 
 T = OperandType
 
@@ -203,19 +203,16 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
         real = evaluate_real(record, in_ops, raw, outputs, m)
         outputs = [_output_quant(record, a, o, r, inputs, var_)
                    for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
+    real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
+    ctx = bind(record, in_ops, real_in, outputs, m)
     if record.check:
-        real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
-        record.check(bind(record, in_ops, real_in, outputs, m))
+        record.check(ctx)
     expected = evaluate(record, in_ops, raw, outputs, m)
     for i, (e, o) in enumerate(zip(expected, outputs, strict=True)):
         if tuple(e.shape) != tuple(o.dimensions):
             raise ShapeError(f"{record.name}: kernel output {i} has shape {list(e.shape)}, "
                              f"the shape rule says {list(o.dimensions)}")
-    version = m.version
-    if "min_version" in record.extras:  # version rules tied to quant parameters or values
-        real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
-        version = max(version, record.extras["min_version"](bind(record, in_ops, real_in, outputs, m)))
-    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, version)
+    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, instance_version(ctx))
 
 
 def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
@@ -267,7 +264,7 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
             value = value.astype(dtype_of(t))
         if transpose:
             value = np.transpose(np.asarray(value).reshape(item.dims), _TO_NCHW)
-        elif nchw and a.name in record.extras.get("nchw_shape_inputs", ()):
+        elif nchw and a.name in record.layout_vectors:
             value = np.asarray(value)[list(_TO_NCHW)]  # a 4-D shape vector sampled in NHWC order
         result.append(CaseInput(a, operand, np.ascontiguousarray(value), item.const or a.const))
     return result
