@@ -83,7 +83,7 @@ def bias_of(input_name: str, filter_name: str) -> Quant:
 class Arg:
     """One input or output of a signature.
 
-    ``ranks``: allowed tensor ranks (None: any rank 1..4; ignored for scalars).
+    ``ranks``: allowed tensor ranks (None: any rank; ignored for scalars).
     ``optional``: may be absent (trailing) or omitted (NO_VALUE); ``default`` then applies.
     ``since``: the HAL version that introduced this input (its presence raises the
     version an operation instance needs). ``variadic``: one or more consecutive operands.
