@@ -69,9 +69,13 @@ def requirement_ids(item: pytest.Item) -> list[str]:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     for item in items:
-        for rid in requirement_ids(item):
+        ids = requirement_ids(item)
+        for rid in ids:
             if rid not in REQUIREMENTS:
                 raise pytest.UsageError(f"{item.nodeid}: unknown requirement ID {rid!r} in req marker")
+        # A certification suite traces every test to a requirement.
+        if not ids and "conformance" in item.path.parts:
+            raise pytest.UsageError(f"{item.nodeid}: conformance test without a req marker")
     selectors = config.getoption("req")
     if selectors:
         keep, drop = [], []
@@ -111,8 +115,9 @@ class OutcomeRecorder:
         reason = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2])
-        elif report.failed and report.longreprtext:
-            reason = report.longreprtext.strip().splitlines()[-1]
+        elif report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            reason = crash.message if crash else report.longreprtext.strip().splitlines()[-1]
         self.tests[report.nodeid] = {"outcome": status, "req": req, "reason": reason[:500]}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -5,8 +5,10 @@ tests that name the requirement the mutant breaks (and the reference passes it: 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,11 +26,23 @@ def run_conformance(driver: str, report: Path, *extra: str) -> subprocess.Comple
         cwd=ROOT, capture_output=True, text=True, timeout=1200)
 
 
+@pytest.fixture(scope="module")
+def mutant_runs(tmp_path_factory) -> dict[str, tuple[Future, Path]]:
+    """Every mutant's conformance run, started at once, as many at a time as there are cores."""
+    pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
+    runs = {}
+    for name in sorted(MUTANTS):
+        report = tmp_path_factory.mktemp(name) / "report.json"
+        runs[name] = (pool.submit(run_conformance, f"mutant:{name}", report), report)
+    yield runs
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.req("ACC-1", "ACC-2", "VAL-1", "EXE-3", "EXE-4", "EXE-7")
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_conformance_catches_mutant(name, tmp_path):
-    report = tmp_path / "report.json"
-    proc = run_conformance(f"mutant:{name}", report)
+def test_conformance_catches_mutant(name, mutant_runs):
+    future, report = mutant_runs[name]
+    proc = future.result()
     assert proc.returncode == 1, f"suite did not fail against mutant:{name}:\n{proc.stdout[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     failed = {nodeid: rec for nodeid, rec in tests.items() if rec["outcome"] == "failed"}

@@ -158,11 +158,12 @@ class StaleAsync(MutantDriver):
         def execute(self, request, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
             callback = ExecutionCallback()
             result = self._run(request, measure, deadline, loop_timeout)
-            fresh = [_output_bytes(request, i) for i in range(len(request.outputs))]
-            if self.previous is not None:
-                for i, data in enumerate(self.previous):
+            if result.status is ErrorStatus.NONE:
+                # One static result buffer for the whole driver, returned one call late.
+                fresh = [_output_bytes(request, i) for i in range(len(request.outputs))]
+                for i, data in enumerate((self.previous or [])[:len(request.outputs)]):
                     _write_output_bytes(request, i, data)
-            type(self).previous = fresh
+                type(self).previous = fresh
             callback.notify(result)
             return callback
 
