@@ -334,20 +334,21 @@ class OpContext:
         self._values = list(values)
         self.outputs = list(outputs)
 
-    def _pos(self, name: str) -> list[int]:
+    def positions(self, name: str) -> list[int]:
+        """Positions in the input list of the present (not omitted) operands of ``name``."""
         return [p for p in self.match.positions.get(name, []) if self.inputs[p] is not None]
 
     def has(self, name: str) -> bool:
-        return bool(self._pos(name))
+        return bool(self.positions(name))
 
     def operand(self, name: str) -> Operand:
-        pos = self._pos(name)
+        pos = self.positions(name)
         if not pos:
             raise KeyError(f"{self.record.name} has no input {name!r} here")
         return self.inputs[pos[0]]
 
     def operands(self, name: str) -> list[Operand]:
-        return [self.inputs[p] for p in self._pos(name)]
+        return [self.inputs[p] for p in self.positions(name)]
 
     def type(self, name: str) -> OperandType:
         return self.signature.arg(name).resolve(self.variant.types)
@@ -366,7 +367,7 @@ class OpContext:
         return len(op.dimensions)
 
     def value(self, name: str, default: Any = _MISSING) -> Any:
-        pos = self._pos(name)
+        pos = self.positions(name)
         if not pos:
             if default is not _MISSING:
                 return default
@@ -380,7 +381,7 @@ class OpContext:
         return v
 
     def values(self, name: str) -> list[Any]:
-        out = [self._values[p] for p in self._pos(name)]
+        out = [self._values[p] for p in self.positions(name)]
         if any(v is None for v in out):
             raise Unknown(name)
         return out

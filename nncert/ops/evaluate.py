@@ -43,7 +43,7 @@ def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[An
         return ctx
     inputs, values = list(inputs), list(values)
     for name in record.layout_inputs:
-        for p in ctx._pos(name):
+        for p in ctx.positions(name):
             op = inputs[p]
             if op.rank != 4:
                 if op.dimensions:

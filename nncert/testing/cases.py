@@ -31,6 +31,7 @@ from nncert.ops.base import (
     Variant,
     match,
     quantize,
+    to_real,
 )
 from nncert.ops.evaluate import bind, evaluate, evaluate_real, instance_version, output_shapes
 
@@ -216,7 +217,6 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
 
 
 def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
-    from nncert.ops.base import to_real
     if operand is None:
         return None
     return to_real(value, operand) if record.dequantize else value
