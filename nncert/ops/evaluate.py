@@ -26,8 +26,8 @@ from nncert.ops.base import (
     to_real,
 )
 
-_TO_NHWC = (0, 2, 3, 1)
-_TO_NCHW = (0, 3, 1, 2)
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
 
 
 def _types(operands: Sequence[Operand | None]) -> list:
@@ -49,14 +49,14 @@ def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[An
                 if op.dimensions:
                     raise ShapeError(f"{name} must have rank 4 for the NCHW layout, has {op.rank}")
                 continue
-            inputs[p] = dataclasses.replace(op, dimensions=tuple(op.dimensions[i] for i in _TO_NHWC))
+            inputs[p] = dataclasses.replace(op, dimensions=tuple(op.dimensions[i] for i in TO_NHWC))
             if values[p] is not None:
-                values[p] = np.transpose(values[p], _TO_NHWC)
+                values[p] = np.transpose(values[p], TO_NHWC)
     outputs = list(outputs)
     for i in record.layout_outputs:
         if outputs[i].rank == 4:
             outputs[i] = dataclasses.replace(
-                outputs[i], dimensions=tuple(outputs[i].dimensions[j] for j in _TO_NHWC))
+                outputs[i], dimensions=tuple(outputs[i].dimensions[j] for j in TO_NHWC))
     return OpContext(record, m, inputs, values, outputs)
 
 
@@ -80,7 +80,7 @@ def output_shapes(record: OpRecord, inputs: Sequence[Operand | None], values: Se
     if ctx.nchw:
         for i in record.layout_outputs:
             if len(shapes[i]) == 4:
-                shapes[i] = tuple(shapes[i][j] for j in _TO_NCHW)
+                shapes[i] = tuple(shapes[i][j] for j in TO_NCHW)
     return shapes
 
 
@@ -102,7 +102,7 @@ def evaluate_real(record: OpRecord, inputs: Sequence[Operand | None], raw: Seque
     if ctx.nchw:
         for i in record.layout_outputs:
             if result[i].ndim == 4:
-                result[i] = np.transpose(result[i], _TO_NCHW)
+                result[i] = np.transpose(result[i], TO_NCHW)
     return result
 
 

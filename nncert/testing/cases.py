@@ -33,14 +33,12 @@ from nncert.ops.base import (
     quantize,
     to_real,
 )
-from nncert.ops.evaluate import bind, evaluate, evaluate_real, instance_version, output_shapes
+from nncert.ops.evaluate import TO_NCHW, bind, evaluate, evaluate_real, instance_version, output_shapes
 
 T = OperandType
 
 #: The model variations CTS generates for each example (see SPEC.md notes, §3 of the report).
 VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output")
-
-_TO_NCHW = (0, 3, 1, 2)
 
 
 @dataclass
@@ -251,7 +249,7 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
         dims = item.dims
         transpose = nchw and a.name in record.layout_inputs and len(dims) == 4
         if transpose:
-            dims = tuple(dims[j] for j in _TO_NCHW)
+            dims = tuple(dims[j] for j in TO_NCHW)
         operand = _input_operand(a, t, dims, item, chosen, draw)
         chosen.setdefault(a.name, operand)
         value = item.value
@@ -263,9 +261,9 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
                 value = quantize(value, operand)
             value = value.astype(dtype_of(t))
         if transpose:
-            value = np.transpose(np.asarray(value).reshape(item.dims), _TO_NCHW)
+            value = np.transpose(np.asarray(value).reshape(item.dims), TO_NCHW)
         elif nchw and a.name in record.layout_vectors:
-            value = np.asarray(value)[list(_TO_NCHW)]  # a 4-D shape vector sampled in NHWC order
+            value = np.asarray(value)[list(TO_NCHW)]  # a 4-D shape vector sampled in NHWC order
         result.append(CaseInput(a, operand, np.ascontiguousarray(value), item.const or a.const))
     return result
 

@@ -41,8 +41,6 @@ def tolerance(type_: OperandType, relaxed: bool = False) -> Tolerance:
         return Tolerance(FP32_ATOL, FP32_RTOL, "ACC-1")
     if type_.is_quant:
         return Tolerance(1, 0, "ACC-2")
-    if type_ in (T.TENSOR_BOOL8, T.BOOL):
-        return Tolerance(0, 0, "ACC-3")
     return Tolerance(0, 0, "ACC-3")
 
 
@@ -106,26 +104,28 @@ class GraphCriterion:
     rtol: float = 0.0
 
 
+_INT32 = GraphCriterion(math.inf, math.inf, 1)  # integers: atol 1 in every class
+
 #: class -> {"float32" | "float16" | "quant8" | "int32": criterion}, from SPEC.md's table.
 GRAPH_CRITERIA: dict[str, dict[str, GraphCriterion]] = {
     "strict": {"float32": GraphCriterion(1e-7, 1e-10, 1e-6, 1e-6),
                "float16": GraphCriterion(1e-4, 1e-8, 1e-3, 1e-3),
-               "quant8": GraphCriterion(0.1, 0.1, 1), "int32": GraphCriterion(math.inf, math.inf, 1)},
+               "quant8": GraphCriterion(0.1, 0.1, 1), "int32": _INT32},
     "medium": {"float32": GraphCriterion(1e-6, 1e-8, 1e-5, 1e-5),
                "float16": GraphCriterion(1e-3, 1e-5, 1e-2, 1e-2),
-               "quant8": GraphCriterion(1.2, 1.2, 2), "int32": GraphCriterion(math.inf, math.inf, 1)},
+               "quant8": GraphCriterion(1.2, 1.2, 2), "int32": _INT32},
     "relaxed": {"float32": GraphCriterion(3e-5, 1e-6, 1e-3, 1e-3),
                 "float16": GraphCriterion(5e-3, 1e-3, 1, 1),
-                "quant8": GraphCriterion(1.5, 1.5, 10), "int32": GraphCriterion(math.inf, math.inf, 1)},
+                "quant8": GraphCriterion(1.5, 1.5, 10), "int32": _INT32},
     "conv": {"float32": GraphCriterion(4e-4, 1e-5, 2e-2, 2e-2),
              "float16": GraphCriterion(5e-2, 1e-2, 1, 1),
-             "quant8": GraphCriterion(1.5, 1.5, 10), "int32": GraphCriterion(math.inf, math.inf, 1)},
+             "quant8": GraphCriterion(1.5, 1.5, 10), "int32": _INT32},
     "small_graph": {"float32": GraphCriterion(4e-4, 1e-5, 1e-2, 1e-2),
                     "float16": GraphCriterion(5e-2, 1e-2, 1, 1),
-                    "quant8": GraphCriterion(2, 2, 12), "int32": GraphCriterion(math.inf, math.inf, 1)},
+                    "quant8": GraphCriterion(2, 2, 12), "int32": _INT32},
     "large_graph": {"float32": GraphCriterion(1e-2, 1e-4, 1e-1, 1e-1),
                     "float16": GraphCriterion(1e-1, 5e-2, 1, 1),
-                    "quant8": GraphCriterion(2, 2, 12), "int32": GraphCriterion(math.inf, math.inf, 1)},
+                    "quant8": GraphCriterion(2, 2, 12), "int32": _INT32},
 }
 
 #: Expected magnitudes above this are skipped (the CTS skips |e| > 1e3; we keep 100 < |e| <= 1e3).
