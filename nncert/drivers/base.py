@@ -278,6 +278,15 @@ class Driver:
     def close(self) -> None:
         """Release the driver (a hosted driver stops its service)."""
 
+    # -- health (a driver hosted in another process can die; DriverFault) --
+    def alive(self) -> bool:
+        """False once the driver's process has died or was killed for a hang: every call on
+        this instance then fails with DEVICE_UNAVAILABLE until ``restart``."""
+        return True
+
+    def restart(self) -> None:
+        """Start afresh after a death (a hosted driver starts a new service)."""
+
 
 def timing_for(measure: MeasureTiming, start_ns: int, device_ns: int) -> Timing:
     """Timing of a successful run: device time and total driver time, in microseconds (EXE-7)."""

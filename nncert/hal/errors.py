@@ -28,3 +28,33 @@ class ValidationError(HalError):
         self.rule = rule
         self.where = where
         super().__init__(ErrorStatus.INVALID_ARGUMENT, f"{where}: [{rule}] {detail}")
+
+
+class DriverFault(HalError):
+    """The driver process crashed or stopped responding, so the call could not complete.
+
+    The status is DEVICE_UNAVAILABLE (the binder DEAD_OBJECT analogue); ``outcome`` says how
+    the call ended for the MLTS-2 classification: ``"CRASH"`` (the driver died: ``detail``
+    names its signal or exit code and the tail of its stderr) or ``"HANG"`` (it missed the
+    call's deadline and was killed, or never signalled a fence it returned).
+    """
+
+    OUTCOMES = ("CRASH", "HANG")
+
+    def __init__(self, outcome: str, message: str, detail: str = "") -> None:
+        if outcome not in self.OUTCOMES:
+            raise ValueError(f"DriverFault outcome {outcome!r} is not one of {self.OUTCOMES}")
+        self.outcome = outcome
+        self.detail = detail
+        super().__init__(ErrorStatus.DEVICE_UNAVAILABLE, f"{outcome}: {message}")
+
+
+def driver_fault_of(exc: BaseException | None) -> DriverFault | None:
+    """The DriverFault behind ``exc`` (itself, or a cause or context of it), or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DriverFault):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
