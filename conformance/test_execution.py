@@ -16,7 +16,7 @@ from nncert.hal.model import Timing
 from nncert.hal.types import NO_TIMING, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
 from nncert.testing.cases import sample_case
-from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_case
+from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_case, wait_fence
 
 T = OperandType
 
@@ -84,6 +84,37 @@ def _check_timing(timing: Timing, measured: bool, where: str) -> None:
         pytest.fail(f"EXE-7: {where}: timeOnDevice {dev} us > timeInDriver {drv} us")
 
 
+@pytest.mark.req("BURST-1", "BURST-2", "BURST-3", "EXE-3")
+def test_burst_slots_are_cached_and_released(driver):
+    """One burst, several requests: a slot's memory is re-read on every run (new contents in
+    the same pool), new slots take new pools, and a released slot id can name another pool."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(7)
+    feeds = [[rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2)] for _ in range(4)]
+
+    def run(request, slots, x, y, what):
+        shapes, _ = burst.execute(request, slots)
+        assert [tuple(s.dimensions) for s in shapes] in ([(2, 3)], []), f"{what}: output shapes {shapes}"
+        got = read_outputs(model, request, [(2, 3)])
+        try:
+            check_outputs([_add_chain_golden(x, y)], got, model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-2: {what}: {e}")
+
+    first = build_request(model, feeds[0])
+    run(first, [0, 1], *feeds[0], "first run")
+    # Same memories, new input contents: the cached mapping must show the new bytes.
+    second = build_request(model, feeds[1])
+    first.pools[0].view()[:] = second.pools[0].view()
+    run(first, [0, 1], *feeds[1], "second run on the same slots")
+    run(build_request(model, feeds[2]), [2, 3], *feeds[2], "run on new slots")
+    burst.release_memory_resource(0)
+    burst.release_memory_resource(1)
+    run(build_request(model, feeds[3]), [0, 1], *feeds[3], "released slots given new memories")
+
+
 @pytest.mark.req("EXE-7")
 @pytest.mark.parametrize("path", ["sync", "async", "burst"])
 @pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
@@ -115,12 +146,12 @@ def test_fenced_execution_waits_for_its_fences_and_times_them(driver):
     threading.Timer(delay, fence.signal).start()
     request = build_request(model, feeds)
     start = time.monotonic()
-    returned, info = prepared.execute_fenced(request, [fence], MeasureTiming.YES)
-    if returned is not None:
-        assert returned.wait(60), "EXE-1: the returned fence was never signalled"
+    returned, callback = prepared.execute_fenced(request, [fence], MeasureTiming.YES)
+    wait_fence(returned)
     elapsed = time.monotonic() - start
     assert elapsed >= delay * 0.9, "EXE-1: the execution did not wait for its fence"
-    assert info.status is ErrorStatus.NONE
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE, f"fenced execution failed: {info.message}"
     check_outputs(case.expected, _raw_outputs(model, request, case), model)
     launched, fenced = info.timing_launched, info.timing_fenced
     _check_timing(launched, True, "fenced timingLaunched")
@@ -136,7 +167,11 @@ def test_fenced_execution_waits_for_its_fences_and_times_them(driver):
 @pytest.mark.req("EXE-8", "EXE-7")
 def test_fenced_execution_without_measurement_reports_no_timing(driver):
     _case, model, feeds, prepared = _prepared_case(driver, CASES[0].values[0])
-    _, info = prepared.execute_fenced(build_request(model, feeds), [], MeasureTiming.NO)
+    fence, callback = prepared.execute_fenced(build_request(model, feeds), [SyncFence.signalled()],
+                                              MeasureTiming.NO)
+    wait_fence(fence)
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE, f"fenced execution failed: {info.message}"
     assert info.timing_launched == Timing() and info.timing_fenced == Timing(), \
         "EXE-8: fenced timings reported although not measured"
 
@@ -168,10 +203,17 @@ def test_output_insufficient_size(driver, key, path, variation):
 @pytest.mark.req("EXE-5", "EXE-1")
 def test_fenced_execution_rejects_insufficient_outputs(driver):
     _case, model, feeds, prepared = _prepared_case(driver, CASES[0].values[0])
-    request = build_request(model, feeds, output_shrink={0: 1})
-    with pytest.raises(HalError) as info:
-        prepared.execute_fenced(request, [], MeasureTiming.NO)
-    assert info.value.status in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE)
+    for wait_for in ([], [SyncFence.signalled()]):
+        request = build_request(model, feeds, output_shrink={0: 1})
+        try:
+            fence, callback = prepared.execute_fenced(request, wait_for, MeasureTiming.NO)
+        except HalError as e:
+            status = e.status
+        else:
+            wait_fence(fence)
+            status = callback.get_execution_info().status
+        assert status in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE), \
+            f"EXE-5: a fenced execution with a too-small output gave {status.name}"
 
 
 @pytest.mark.req("MEM-1", "MEM-2", "MEM-3", "EXE-2")

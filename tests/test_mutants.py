@@ -16,6 +16,8 @@ import pytest
 from nncert.drivers.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Mutants that answer wrongly; those that crash or hang are tests/test_process_faults.py's.
+WRONG_ANSWER = sorted(n for n, m in MUTANTS.items() if m.outcome == "FAILURE")
 
 
 def run_conformance(driver: str, report: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -31,7 +33,7 @@ def mutant_runs(tmp_path_factory) -> dict[str, tuple[Future, Path]]:
     """Every mutant's conformance run, started at once, as many at a time as there are cores."""
     pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
     runs = {}
-    for name in sorted(MUTANTS):
+    for name in WRONG_ANSWER:
         report = tmp_path_factory.mktemp(name) / "report.json"
         runs[name] = (pool.submit(run_conformance, f"mutant:{name}", report), report)
     yield runs
@@ -39,7 +41,7 @@ def mutant_runs(tmp_path_factory) -> dict[str, tuple[Future, Path]]:
 
 
 @pytest.mark.req("ACC-1", "ACC-2", "VAL-1", "EXE-3", "EXE-4", "EXE-7")
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", WRONG_ANSWER)
 def test_conformance_catches_mutant(name, mutant_runs):
     future, report = mutant_runs[name]
     proc = future.result()

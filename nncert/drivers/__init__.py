@@ -4,7 +4,8 @@
 Names come from the built-in table below and from the ``nncert.drivers`` entry-point group,
 so an installed package can plug its own driver in. Options after ``:`` are comma-separated
 ``key=value`` pairs passed to the factory as keyword arguments (strings); a bare word is a
-positional argument (``mutant:NAME``, ``service:DRIVER``).
+positional argument (``mutant:NAME``). A factory marked ``raw_spec`` (``service``) receives
+the whole rest of the spec, itself another driver's spec (``service:litert:kernels=ref``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ BUILTIN: dict[str, tuple[str, str]] = {
                   "numpy reference kernels of the operation catalogue (the golden)"),
     "mutant": ("nncert.drivers.mutants:create",
                "deliberately faulty drivers the suites must catch: mutant:NAME"),
+    "service": ("nncert.drivers.service:create",
+                "any driver hosted in a child process over a Unix socket: service:SPEC, service:@PATH"),
 }
 
 
@@ -92,10 +95,15 @@ def factory_for(name: str) -> Callable[..., Driver]:
 def load_driver(spec: str, extra_options: dict[str, str] | None = None) -> Driver:
     """Instantiate the driver ``spec`` names; options are merged with ``extra_options``."""
     name, args, options = parse_spec(spec)
-    options.update(extra_options or {})
     factory = factory_for(name)
+    if getattr(factory, "raw_spec", False):
+        # A wrapper (service:SPEC): everything after its name is another driver's spec.
+        args, options = [spec.strip().partition(":")[2]], {}
+    options.update(extra_options or {})
     try:
         driver = factory(*args, **options)
+    except DriverSpecError:
+        raise
     except (TypeError, ValueError, KeyError) as e:
         raise DriverSpecError(f"driver {spec!r}: {e}") from None
     if not isinstance(driver, Driver):

@@ -7,9 +7,10 @@ supply, the way the AOSP utilities do:
 
 - asynchronous execution (``execute``): the synchronous path on a worker thread, whose
   result is read from an ``ExecutionCallback`` (EXE-1);
-- fenced execution (``execute_fenced``): waits for every given ``SyncFence``, runs the
-  synchronous path, and returns an already signalled state (no fence, EXE-1) with the
-  launched/fenced timings of EXE-8;
+- fenced execution (``execute_fenced``): a worker waits for every given ``SyncFence``, runs
+  the synchronous path and signals a fence of its own; the callback gives the status and the
+  launched/fenced timings of EXE-8 (with nothing to wait for, the run completes inside the
+  call and no fence is returned, as EXE-1 allows);
 - bursts (``configure_execution_burst``): a ``Burst`` that caches memories by slot id and
   forgets them on ``release_memory_resource`` (BURST-1/2);
 - "not supported" for compilation caching and memory domains.
@@ -46,8 +47,24 @@ from nncert.hal.types import (
     Version,
 )
 
-#: Deadlines are absolute ``time.monotonic_ns()`` values; None means no deadline (EXE-10).
+#: Deadlines are absolute ``time.monotonic_ns()`` values (CLOCK_MONOTONIC, the same clock in
+#: every process of the machine); None means no deadline (EXE-10).
 Deadline = int | None
+
+#: How long (seconds) a driver call, or a fence a driver returned, may take before it counts
+#: as a hang (MLTS-2). The pytest plugin's ``--hang-timeout`` sets it; see set_hang_timeout.
+HANG_TIMEOUT_S = 30.0
+
+
+def set_hang_timeout(seconds: float) -> None:
+    global HANG_TIMEOUT_S
+    if not seconds > 0:
+        raise ValueError(f"hang timeout must be positive, not {seconds}")
+    HANG_TIMEOUT_S = float(seconds)
+
+
+def hang_timeout() -> float:
+    return HANG_TIMEOUT_S
 
 
 class SyncFence:
@@ -59,6 +76,14 @@ class SyncFence:
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._closed = False
+
+    @classmethod
+    def adopt(cls, fd: int) -> SyncFence:
+        """A fence around an eventfd received from another process (the fd is taken over)."""
+        fence = cls.__new__(cls)
+        fence.fd = fd
+        fence._closed = False
+        return fence
 
     @classmethod
     def signalled(cls) -> SyncFence:
@@ -113,6 +138,10 @@ class ExecutionCallback:
         self._result = result
         self._done.set()
 
+    def notified(self, timeout: float | None = None) -> bool:
+        """True once notified; False if ``timeout`` seconds passed first."""
+        return self._done.wait(timeout)
+
     def wait(self, timeout: float | None = None) -> ExecutionResult:
         if not self._done.wait(timeout):
             return ExecutionResult(ErrorStatus.GENERAL_FAILURE, message="execution callback never notified")
@@ -126,6 +155,23 @@ class FencedExecutionInfo:
     status: ErrorStatus
     timing_launched: Timing = NO_TIMING_INFO
     timing_fenced: Timing = NO_TIMING_INFO
+    message: str = ""
+
+
+class FencedExecutionCallback:
+    """IFencedExecutionCallback: the outcome of a fenced execution, to be read once its fence
+    is signalled (before that: GENERAL_FAILURE, "not finished")."""
+
+    def __init__(self) -> None:
+        self._info: FencedExecutionInfo | None = None
+
+    def finish(self, info: FencedExecutionInfo) -> None:
+        self._info = info
+
+    def get_execution_info(self) -> FencedExecutionInfo:
+        if self._info is None:
+            return FencedExecutionInfo(ErrorStatus.GENERAL_FAILURE, message="fenced execution not finished")
+        return self._info
 
 
 def _micros(ns: int) -> int:
@@ -160,30 +206,52 @@ class PreparedModel:
                        measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
                        loop_timeout: int | None = None,
                        timeout_after_fence: int | None = None
-                       ) -> tuple[SyncFence | None, FencedExecutionInfo]:
-        """Fenced execution. Waits for ``wait_for``, runs, and returns (None, info): the work
-        is complete when the call returns, so no fence is needed (EXE-1)."""
+                       ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+        """Fenced execution (EXE-1, EXE-8).
+
+        With fences to wait for, the call returns at once with a fresh fence that a worker
+        thread signals once it has waited for ``wait_for`` and run the request; the callback
+        then holds the status and timings. With nothing to wait for, the request runs before
+        the call returns and no fence is returned; a failure is raised directly."""
         start = time.monotonic_ns()
+        callback = FencedExecutionCallback()
+        if not wait_for:
+            info = self._fenced_run(request, (), measure, deadline, loop_timeout, start)
+            if info.status is not ErrorStatus.NONE:
+                raise HalError(info.status, info.message)
+            callback.finish(info)
+            return None, callback
+        fence = SyncFence()
+
+        def run() -> None:
+            callback.finish(self._fenced_run(request, wait_for, measure, deadline, loop_timeout, start))
+            fence.signal()
+
+        threading.Thread(target=run, name="nncert-fenced", daemon=True).start()
+        return fence, callback
+
+    def _fenced_run(self, request: Request, wait_for: Sequence[SyncFence], measure: MeasureTiming,
+                    deadline: Deadline, loop_timeout: int | None, start: int) -> FencedExecutionInfo:
         for fence in wait_for:
             remaining = None if deadline is None else max(0.0, (deadline - time.monotonic_ns()) / 1e9)
             if not fence.wait(remaining):
-                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                               "a wait-for fence was not signalled in time")
+                return FencedExecutionInfo(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                           message="a wait-for fence was not signalled in time")
         fences_done = time.monotonic_ns()
         result = self._run(request, measure, deadline, loop_timeout)
         if result.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
             # A fenced execution cannot report output shapes: its outputs must fit (EXE-5).
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"fenced execution needs sufficient output buffers: {result.message}")
+            return FencedExecutionInfo(ErrorStatus.INVALID_ARGUMENT,
+                                       message=f"fenced execution needs sufficient output buffers: "
+                                               f"{result.message}")
         if result.status is not ErrorStatus.NONE:
-            raise HalError(result.status, result.message, result.output_shapes)
-        if measure is MeasureTiming.YES:
-            end = time.monotonic_ns()
-            device = result.timing.time_on_device
-            launched = Timing(device, _micros(end - start))
-            fenced = Timing(device, _micros(end - fences_done))
-            return None, FencedExecutionInfo(ErrorStatus.NONE, launched, fenced)
-        return None, FencedExecutionInfo(ErrorStatus.NONE)
+            return FencedExecutionInfo(result.status, message=result.message)
+        if measure is not MeasureTiming.YES:
+            return FencedExecutionInfo(ErrorStatus.NONE)
+        end = time.monotonic_ns()
+        device = result.timing.time_on_device
+        return FencedExecutionInfo(ErrorStatus.NONE, Timing(device, _micros(end - start)),
+                                   Timing(device, _micros(end - fences_done)))
 
     def configure_execution_burst(self) -> Burst:
         return Burst(self)
@@ -303,6 +371,7 @@ __all__ = [
     "Driver",
     "ExecutionCallback",
     "ExecutionResult",
+    "FencedExecutionCallback",
     "FencedExecutionInfo",
     "PreparedModel",
     "SyncFence",

@@ -45,6 +45,7 @@ class DriverFault(HalError):
         if outcome not in self.OUTCOMES:
             raise ValueError(f"DriverFault outcome {outcome!r} is not one of {self.OUTCOMES}")
         self.outcome = outcome
+        self.reason = message
         self.detail = detail
         super().__init__(ErrorStatus.DEVICE_UNAVAILABLE, f"{outcome}: {message}")
 

@@ -24,6 +24,7 @@ class Memory:
     """A shared-memory pool: a descriptor plus a mapped view of ``size`` bytes."""
 
     kind: ClassVar[str] = ""
+    _view: memoryview | None = None
 
     def __init__(self, fd: int, size: int, offset: int = 0) -> None:
         self.fd = fd
@@ -51,6 +52,20 @@ class Memory:
     @classmethod
     def allocate(cls, size: int) -> Memory:
         raise NotImplementedError
+
+    @classmethod
+    def adopt(cls, kind: str, fd: int, size: int, offset: int = 0) -> Memory:
+        """Map a pool received from another process (the descriptor is taken over)."""
+        try:
+            memory_class = _KIND_CLASSES[kind]
+        except KeyError:
+            os.close(fd)
+            raise ValueError(f"unknown memory kind {kind!r} (known: {', '.join(KINDS)})") from None
+        try:
+            return memory_class(fd, size, offset)
+        except (OSError, ValueError, OverflowError):
+            os.close(fd)
+            raise
 
     def view(self) -> memoryview:
         """A writable view of the pool's bytes (shared with every other mapping)."""

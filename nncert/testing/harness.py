@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from nncert.drivers.base import Driver, PreparedModel
+from nncert.drivers.base import Driver, PreparedModel, SyncFence, hang_timeout
 from nncert.hal.builder import build_request, read_outputs
-from nncert.hal.errors import HalError
+from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, MeasureTiming
 from nncert.testing.cases import OpCase
@@ -26,18 +26,28 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
     if path == "sync":
         return prepared.execute_synchronously(request, measure)
     if path == "async":
-        return prepared.execute(request, measure).wait(timeout=60).raise_for_status()
+        callback = prepared.execute(request, measure)
+        if not callback.notified(hang_timeout()):
+            raise DriverFault("HANG", f"the execution callback was not notified within {hang_timeout():g} s")
+        return callback.wait().raise_for_status()
     if path == "fenced":
-        fence, info = prepared.execute_fenced(request, (), measure)
-        if fence is not None and not fence.wait(60):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "returned fence never signalled")
+        fence, callback = prepared.execute_fenced(request, (), measure)
+        wait_fence(fence)
+        info = callback.get_execution_info()
         if info.status is not ErrorStatus.NONE:
-            raise HalError(info.status, "fenced execution failed")
+            raise HalError(info.status, info.message or "fenced execution failed")
         return [], info.timing_launched
     if path == "burst":
         burst = prepared.configure_execution_burst()
         return burst.execute(request, list(range(len(request.pools))), measure)
     raise ValueError(f"unknown execution path {path!r} (known: {', '.join(PATHS)})")
+
+
+def wait_fence(fence: SyncFence | None) -> None:
+    """Wait for a fence a driver returned; one never signalled is a hang (EXE-1, MLTS-2)."""
+    if fence is not None and not fence.wait(hang_timeout()):
+        raise DriverFault("HANG", f"the fence returned by execute_fenced was not signalled within "
+                                  f"{hang_timeout():g} s")
 
 
 def declined(driver: Driver, model: Model) -> str | None:

@@ -2,23 +2,42 @@
 
 Every suite proves its teeth against one of these (tests/test_mutants.py): run against the
 mutant, the suite must fail, in a test that names the requirement the fault breaks.
-Select one with ``--driver mutant:NAME``.
+Select one with ``--driver mutant:NAME``. The process-fault mutants (crash, hang,
+burst_death, silent_fence) kill or block their process: run them isolated, as
+``service:mutant:crash,op=ADD`` or with ``--isolate``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, ExecutionCallback, PreparedModel
+from nncert.drivers.base import (
+    Burst,
+    Deadline,
+    ExecutionCallback,
+    FencedExecutionCallback,
+    PreparedModel,
+    SyncFence,
+)
 from nncert.drivers.reference import ReferenceDriver, ReferencePreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.request_io import read_inputs, write_outputs
-from nncert.hal.types import NO_TIMING, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import (
+    NO_TIMING,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperationType,
+    Priority,
+)
 from nncert.ops import get
 from nncert.ops.interpreter import run_model
 
@@ -170,6 +189,81 @@ class StaleAsync(MutantDriver):
     prepared_class = Prepared
 
 
+class _OnOperation(MutantDriver):
+    """Base of the process-fault mutants: misbehave when a model holding operation ``op``
+    executes (preparation and the other operations are fine)."""
+
+    def __init__(self, op: str = "CONV_2D", **options: str) -> None:
+        super().__init__(**options)
+        try:
+            self.op = OperationType[op]
+        except KeyError:
+            raise ValueError(f"op {op!r} is not an operation type name") from None
+
+    def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        if any(o.type == self.op for o in model.main.operations):
+            self.fault()
+        return super().run(model, inputs)
+
+    def fault(self) -> None:
+        raise NotImplementedError
+
+
+class CrashOn(_OnOperation):
+    """Aborts the process (SIGABRT) when it executes operation ``op`` (default CONV_2D)."""
+
+    name = "crash"
+
+    def fault(self) -> None:
+        print(f"mutant:crash: aborting on {self.op.name}", file=sys.stderr, flush=True)
+        os.abort()
+
+
+class HangOn(_OnOperation):
+    """Never returns from an execution of operation ``op`` (default CONV_2D)."""
+
+    name = "hang"
+
+    def fault(self) -> None:
+        while True:
+            time.sleep(3600)
+
+
+class BurstDeath(MutantDriver):
+    """Aborts the process in the middle of a burst: on the burst's second execution."""
+
+    name = "burst_death"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstDeath.DyingBurst(self)
+
+    class DyingBurst(Burst):
+        runs = 0
+
+        def execute(self, request, slots, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
+            self.runs += 1
+            if self.runs == 2:
+                print("mutant:burst_death: aborting in the middle of a burst", file=sys.stderr, flush=True)
+                os.abort()
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+class SilentFence(MutantDriver):
+    """Fenced executions return a fence that is never signalled."""
+
+    name = "silent_fence"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request, wait_for=(), measure=MeasureTiming.NO, deadline=None,
+                           loop_timeout=None, timeout_after_fence=None):
+            return SyncFence(), FencedExecutionCallback()
+
+    prepared_class = Prepared
+
+
 def _output_bytes(request: Request, i: int) -> bytes:
     loc = request.outputs[i].location
     return bytes(request.pools[loc.pool_index].view()[loc.offset:loc.offset + loc.length])
@@ -185,6 +279,9 @@ def _write_output_bytes(request: Request, i: int, data: bytes) -> None:
 class MutantInfo:
     cls: type[MutantDriver]
     breaks: str
+    #: How a run against it ends: FAILURE (a wrong answer the suite flags), or CRASH / HANG
+    #: (the process dies or stops answering: run it as service:mutant:NAME or with --isolate).
+    outcome: str = "FAILURE"
 
 
 MUTANTS: dict[str, MutantInfo] = {
@@ -195,6 +292,10 @@ MUTANTS: dict[str, MutantInfo] = {
         MutantInfo(TimingInverted, "EXE-7"),
         MutantInfo(WrongDynamicShape, "EXE-4"),
         MutantInfo(StaleAsync, "EXE-3"),
+        MutantInfo(CrashOn, "MLTS-2", "CRASH"),
+        MutantInfo(HangOn, "MLTS-2", "HANG"),
+        MutantInfo(BurstDeath, "BURST-4", "CRASH"),
+        MutantInfo(SilentFence, "EXE-1", "HANG"),
     )
 }
 

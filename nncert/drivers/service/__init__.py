@@ -1,0 +1,629 @@
+"""``service:<spec>``: any driver hosted in a child process, spoken to over a Unix socket
+(docs/service-protocol.md), as the NNAPI runtime speaks to a HAL service.
+
+- Memory pools and cache files travel as descriptors (SCM_RIGHTS), never as copied bytes.
+- Prepared models, bursts and fenced callbacks are handles in the service, released when the
+  client drops its proxy (DRV-5) or disconnects.
+- The child's death, during or between calls, fails every pending and later call of this
+  instance with ``DriverFault`` (DEVICE_UNAVAILABLE, outcome CRASH) until ``restart()``.
+- Every call has a deadline (``timeout=`` seconds, default: the harness's hang timeout; a
+  HAL deadline shortens it). A call past it is a HANG: the service is killed and the call
+  fails, it never blocks.
+- Bursts run over a shared-memory ring buffer signalled with eventfds (fmq.py, BURST-1..4).
+
+``service:@PATH`` attaches to a service already listening on PATH (another client's, e.g.
+the MLTS stress clients share one service); ``ServiceDriver.attach_spec`` names it.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nncert.drivers import DriverSpecError
+from nncert.drivers.base import (
+    Burst,
+    Deadline,
+    Driver,
+    ExecutionCallback,
+    ExecutionResult,
+    FencedExecutionCallback,
+    FencedExecutionInfo,
+    PreparedModel,
+    SyncFence,
+    hang_timeout,
+)
+from nncert.drivers.service import wire
+from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
+from nncert.hal.errors import DriverFault, HalError
+from nncert.hal.memory import Memory
+from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing
+from nncert.hal.types import (
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    Priority,
+    Version,
+)
+
+#: Extra seconds a call may take beyond its HAL deadline before the service counts as hung.
+DEADLINE_GRACE_S = 1.0
+STDERR_TAIL = 2000
+
+
+class _Waiter:
+    __slots__ = ("event", "op", "reply")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.event = threading.Event()
+        self.reply: tuple[dict, bytes, list[int]] | None = None
+
+
+class Connection:
+    """One client connection to a service: calls matched to replies by id, and the service's
+    fate (alive, crashed, hung) shared by every proxy made through it.
+
+    There is no reader thread: a waiting caller reads the socket itself while it holds the
+    read lock, handing replies that belong to other callers to them (leader/follower), so a
+    call costs no thread switch on this side."""
+
+    #: How often a caller waiting for another caller's read gets a chance to lead (seconds).
+    FOLLOW_POLL_S = 0.002
+
+    def __init__(self, sock: socket.socket, process: subprocess.Popen | None, stderr_path: str | None,
+                 label: str, timeout: float | None = None) -> None:
+        self.sock = sock
+        self.timeout = timeout
+        self.process = process
+        self.stderr_path = stderr_path
+        self.label = label
+        self.owner_pid = os.getpid()
+        self.send_lock = threading.Lock()
+        self.read_lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.pending: dict[int, _Waiter] = {}
+        self.releases: collections.deque[int] = collections.deque()
+        self.fault: DriverFault | None = None
+        self.service_pid: int | None = None
+        #: Readable once the service process has ended: burst waiters watch it (BURST-4).
+        self.death_fd: int | None = None
+        if process is not None:
+            self.watch(process.pid)
+
+    def watch(self, pid: int) -> None:
+        """Know the service's process: its pid (to kill it on a hang) and a pidfd (its end)."""
+        self.service_pid = pid
+        if self.death_fd is None:
+            try:
+                self.death_fd = os.pidfd_open(pid)
+            except OSError:
+                self.death_fd = None
+
+    # -- calls --
+    def call(self, op: str, body: dict | None = None, blob: bytes = b"", fds: Sequence[int] = (),
+             deadline: Deadline = None) -> tuple[dict, bytes, list[int]]:
+        """Send one call and wait for its reply; raises HalError for an error status and
+        DriverFault when the service dies or misses the call's deadline."""
+        self.check()
+        message = {"op": op, **(body or {})}
+        if self.releases:
+            message["release"] = self._drain_releases()
+        waiter = _Waiter(op)
+        call_id = next(self.ids)
+        with self.lock:
+            self.pending[call_id] = waiter
+        try:
+            wire.send_message(self.sock, self.send_lock, call_id, message, blob, fds)
+        except OSError:
+            self.died(op)
+        self._await(waiter, self.limit(deadline))
+        with self.lock:
+            self.pending.pop(call_id, None)
+        if waiter.reply is None:
+            self.check()
+            raise AssertionError("woken without a reply or a fault")
+        reply, reply_blob, reply_fds = waiter.reply
+        status = reply.get("status", ErrorStatus.GENERAL_FAILURE)
+        if status != ErrorStatus.NONE:
+            wire.close_fds(reply_fds)
+            raise HalError(wire.enum_or_int(ErrorStatus, status), str(reply.get("message", "")),
+                           wire.decode_shapes(reply.get("shapes")))
+        return reply, reply_blob, reply_fds
+
+    def _await(self, waiter: _Waiter, limit: float) -> None:
+        give_up = time.monotonic() + limit
+        while not waiter.event.is_set():
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                self.hang(waiter.op, limit)
+            if self.read_lock.acquire(blocking=False):
+                try:
+                    self._lead(waiter, give_up)
+                finally:
+                    self.read_lock.release()
+            else:
+                waiter.event.wait(min(remaining, self.FOLLOW_POLL_S))
+        self.check()
+
+    def _lead(self, waiter: _Waiter, give_up: float) -> None:
+        """Read replies until ours arrives or the time is up, delivering the others'."""
+        while not waiter.event.is_set():
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                return
+            ready, _, _ = select.select([self.sock], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                message = wire.recv_message(self.sock)
+            except (OSError, wire.ProtocolError):
+                message = None
+            if message is None:
+                with self.lock:
+                    ops = sorted({w.op for w in self.pending.values()})
+                self.died(", ".join(ops) or "no call")
+                return
+            call_id, body, blob, fds = message
+            with self.lock:
+                other = self.pending.get(call_id)
+            if other is None:
+                wire.close_fds(fds)
+                continue
+            other.reply = (body, blob, fds)
+            other.event.set()
+
+    def limit(self, deadline: Deadline) -> float:
+        """Seconds this call may take: the hang timeout, or less when a HAL deadline is near."""
+        limit = self.timeout or hang_timeout()
+        if deadline is not None:
+            limit = min(limit, max(0.0, (deadline - time.monotonic_ns()) / 1e9) + DEADLINE_GRACE_S)
+        return limit
+
+    def release(self, handle: int) -> None:
+        """Forget a remote handle; the release rides on the next call."""
+        if self.fault is None:
+            self.releases.append(handle)
+
+    def _drain_releases(self) -> list[int]:
+        out = []
+        while self.releases:
+            out.append(self.releases.popleft())
+        return out
+
+    # -- fate --
+    def alive(self) -> bool:
+        if self.fault is None and self.process is not None and self.process.poll() is not None:
+            self.died("no call (between calls)")
+        return self.fault is None
+
+    def check(self) -> None:
+        if self.fault is not None:
+            raise self.error()
+
+    def error(self) -> DriverFault:
+        """The error every call gets once the service is dead (DEVICE_UNAVAILABLE)."""
+        fault = self.fault or DriverFault("CRASH", "the driver service is gone")
+        return DriverFault(fault.outcome, f"{self.label} is unavailable: {fault.reason}", fault.detail)
+
+    def hang(self, op: str, seconds: float) -> None:
+        """The service missed a deadline: kill it, fail everything pending, raise HANG."""
+        self._fail(DriverFault("HANG", f"{op} gave no answer within {seconds:.1f} s; the driver service "
+                                       f"was killed", self.stderr_tail()))
+        self.kill()
+        self.check()
+
+    def kill(self) -> None:
+        pid = self.service_pid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.process is not None:
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def died(self, during: str) -> None:
+        how = "closed the connection"
+        if self.process is not None:
+            try:
+                code = self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code is not None and code < 0:
+                how = f"was killed by {signal.Signals(-code).name}"
+            elif code is not None:
+                how = f"exited with code {code}"
+        tail = self.stderr_tail()
+        last = next((line for line in reversed(tail.splitlines()) if line.strip()), "")
+        self._fail(DriverFault("CRASH", f"the driver service {how} during {during}"
+                                        + (f" ({last.strip()[:200]})" if last else ""), tail))
+
+    def _fail(self, fault: DriverFault) -> None:
+        with self.lock:
+            if self.fault is not None:
+                return
+            self.fault = fault
+            waiters = list(self.pending.values())
+        for w in waiters:
+            w.event.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def stderr_tail(self) -> str:
+        if not self.stderr_path:
+            return ""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        if self.fault is None:
+            self._fail(DriverFault("CRASH", "the connection was closed by the client"))
+        self.sock.close()
+        if self.death_fd is not None:
+            os.close(self.death_fd)
+            self.death_fd = None
+
+
+def _deadline_body(deadline: Deadline, loop_timeout: int | None) -> dict:
+    return {"deadline": deadline, "loop_timeout": loop_timeout}
+
+
+class RemotePreparedModel(PreparedModel):
+    """A prepared model living in the service (a handle); released when dropped (DRV-5)."""
+
+    def __init__(self, conn: Connection, handle: int) -> None:
+        self.conn = conn
+        self.handle = handle
+
+    def _execute(self, mode: str, request: Request, measure: MeasureTiming, deadline: Deadline,
+                 loop_timeout: int | None) -> tuple[list[OutputShape], Timing]:
+        fds: list[int] = []
+        body = {"handle": self.handle, "mode": mode, "request": wire.encode_request(request, fds),
+                "measure": int(measure), **_deadline_body(deadline, loop_timeout)}
+        reply, _, _ = self.conn.call("execute", body, fds=fds, deadline=deadline)
+        return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: Deadline = None,
+                              loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        return self._execute("sync", request, measure, deadline, loop_timeout)
+
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                deadline: Deadline = None, loop_timeout: int | None = None) -> ExecutionCallback:
+        """The service runs the hosted driver's own asynchronous path; the reply notifies."""
+        callback = ExecutionCallback()
+
+        def run() -> None:
+            try:
+                shapes, timing = self._execute("async", request, measure, deadline, loop_timeout)
+            except HalError as e:  # DriverFault included: the status is DEVICE_UNAVAILABLE
+                callback.notify(ExecutionResult(e.status, e.output_shapes, Timing(), e.message))
+            else:
+                callback.notify(ExecutionResult(ErrorStatus.NONE, shapes, timing))
+
+        threading.Thread(target=run, name="nncert-remote-execute", daemon=True).start()
+        return callback
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                       measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                       loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                       ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+        fds: list[int] = []
+        body = {"handle": self.handle, "request": wire.encode_request(request, fds),
+                "fences": len(wait_for), "measure": int(measure),
+                "timeout_after_fence": timeout_after_fence, **_deadline_body(deadline, loop_timeout)}
+        fds.extend(f.fd for f in wait_for)
+        reply, _, reply_fds = self.conn.call("execute_fenced", body, fds=fds, deadline=deadline)
+        fence = SyncFence.adopt(reply_fds[0]) if reply.get("fence") and reply_fds else None
+        return fence, RemoteFencedCallback(self.conn, int(reply["callback"]))
+
+    def configure_execution_burst(self) -> RemoteBurst:
+        return RemoteBurst(self)
+
+    def release(self) -> None:
+        if self.handle:
+            self.conn.release(self.handle)
+            self.handle = 0
+
+    def __del__(self) -> None:
+        self.release()
+
+
+class RemoteFencedCallback(FencedExecutionCallback):
+    def __init__(self, conn: Connection, handle: int) -> None:
+        super().__init__()
+        self.conn = conn
+        self.handle = handle
+
+    def get_execution_info(self) -> FencedExecutionInfo:
+        try:
+            reply, _, _ = self.conn.call("fenced_info", {"handle": self.handle})
+        except HalError as e:
+            return FencedExecutionInfo(e.status, message=e.message)
+        status, launched, fenced = reply["info"]
+        return FencedExecutionInfo(wire.enum_or_int(ErrorStatus, status), wire.decode_timing(launched),
+                                   wire.decode_timing(fenced))
+
+    def __del__(self) -> None:
+        self.conn.release(self.handle)
+
+
+class RemoteBurst(Burst):
+    """A burst whose requests and results travel over two shared-memory queues (BURST-3).
+
+    A memory is sent to the service (as a descriptor) the first time its slot is used; later
+    requests name the slot only, and the service keeps the mapping until
+    ``release_memory_resource`` (BURST-2)."""
+
+    QUEUE_CAPACITY = 1 << 16
+
+    def __init__(self, prepared: RemotePreparedModel) -> None:
+        self.prepared = prepared
+        self.conn = prepared.conn
+        self.slots: dict[int, Memory | int] = {}
+        self._lock = threading.Lock()
+        self.requests = MessageQueue.create(self.QUEUE_CAPACITY)
+        self.results = MessageQueue.create(self.QUEUE_CAPACITY)
+        body = {"handle": prepared.handle, "queue_size": self.requests.memory.size}
+        reply, _, _ = self.conn.call("burst_configure", body, fds=self.requests.fds() + self.results.fds())
+        self.handle = int(reply["handle"])
+
+    def execute(self, request: Request, slots: Sequence[int],
+                measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        with self._lock:  # one execution at a time per burst, as the HAL's burst controller
+            for slot, pool in zip(slots, request.pools, strict=False):
+                if slot not in self.slots:
+                    fds: list[int] = []
+                    desc = wire.encode_pool(pool, fds)
+                    self.conn.call("burst_memory", {"handle": self.handle, "slot": slot, "pool": desc}, fds=fds)
+                    self.slots[slot] = pool
+            message = {"slots": list(slots), "inputs": wire.encode_arguments(request.inputs),
+                       "outputs": wire.encode_arguments(request.outputs), "measure": int(measure),
+                       **_deadline_body(deadline, loop_timeout)}
+            self.conn.check()
+            limit = self.conn.limit(deadline)
+            give_up = time.monotonic() + limit
+            abort = () if self.conn.death_fd is None else (self.conn.death_fd,)
+            try:
+                self.requests.write(json.dumps(message, separators=(",", ":")).encode(), give_up, abort)
+                reply = json.loads(self.results.read(give_up, abort))
+            except QueueAborted:  # the service process ended (BURST-4)
+                self.conn.died("burst execution")
+                raise self.conn.error() from None
+            except QueueTimeout:
+                self.conn.hang("burst execution", limit)
+                raise self.conn.error() from None
+        if reply["status"] != ErrorStatus.NONE:
+            raise HalError(wire.enum_or_int(ErrorStatus, reply["status"]), reply.get("message", ""),
+                           wire.decode_shapes(reply.get("shapes")))
+        return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
+
+    def release_memory_resource(self, slot: int) -> None:
+        self.conn.call("burst_release_memory", {"handle": self.handle, "slot": slot})
+        self.slots.pop(slot, None)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", 0)
+        if handle:
+            self.conn.release(handle)
+        for queue in (getattr(self, "requests", None), getattr(self, "results", None)):
+            if queue is not None:
+                queue.close()
+
+
+class ServiceDriver(Driver):
+    """A driver hosted in a child process (or attached to a running service)."""
+
+    def __init__(self, spec: str, timeout: float | None = None, address: str | None = None) -> None:
+        self.spec = spec
+        self.name = f"service:{spec}" if spec else f"service:@{address}"
+        self.timeout = timeout
+        self._attach = address
+        self._dir: str | None = None
+        self._conn: Connection | None = None
+        self._start()
+
+    # -- lifecycle --
+    @property
+    def address(self) -> str:
+        return self._attach or os.path.join(self._dir or "", "sock")
+
+    @property
+    def attach_spec(self) -> str:
+        """The spec another process uses to talk to this very service."""
+        return f"service:@{self.address}"
+
+    def _start(self) -> None:
+        if self._attach:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self._attach)
+            except OSError as e:
+                sock.close()
+                raise DriverSpecError(f"no driver service at {self._attach}: {e.strerror}") from None
+            self._conn = Connection(sock, None, None, self.name, self.timeout)
+        else:
+            self._spawn()
+        try:
+            reply, _, _ = self._conn.call("hello", {"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+        except HalError as e:
+            self._stop()
+            raise DriverSpecError(e.message if not isinstance(e, DriverFault) else
+                                  f"{self.name} did not start: {e.message}") from None
+        self._conn.watch(int(reply["pid"]))
+        self.feature_level = Version(reply["feature_level"])
+        self.device_type = DeviceType(reply["device_type"])
+        self.hosted_name = str(reply["driver"])
+
+    def _spawn(self) -> None:
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="nncert-service-")
+        path = os.path.join(self._dir, "sock")
+        if os.path.exists(path):
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(64)
+        stderr_path = os.path.join(self._dir, f"stderr-{time.monotonic_ns()}")
+        with open(stderr_path, "wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "nncert.drivers.service.server", "--fd", str(listener.fileno()),
+                 "--driver", self.spec],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=[listener.fileno()],
+                start_new_session=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)  # queued in the backlog until the service accepts
+        listener.close()
+        self._conn = Connection(sock, process, stderr_path, self.name, self.timeout)
+
+    def _stop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        conn.close()
+        if conn.process is not None:
+            try:
+                conn.process.wait(2)  # the service exits when its owner disconnects
+            except subprocess.TimeoutExpired:
+                conn.kill()
+            if conn.stderr_path:
+                try:
+                    os.unlink(conn.stderr_path)
+                except OSError:
+                    pass
+
+    def alive(self) -> bool:
+        conn = self._conn
+        return conn is not None and conn.owner_pid == os.getpid() and conn.alive()
+
+    def restart(self) -> None:
+        self._stop()
+        self._start()
+
+    def close(self) -> None:
+        self._stop()
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    @property
+    def conn(self) -> Connection:
+        conn = self._conn
+        if conn is None:
+            raise DriverFault("CRASH", f"{self.name} is closed")
+        if conn.owner_pid != os.getpid():
+            # A forked child (--isolate, MLTS clients) must not share the parent's socket:
+            # it becomes a client of its own on the same service.
+            self._attach = self._attach or self.address
+            self._conn = None
+            self._start()
+            return self._conn  # type: ignore[return-value]
+        return conn
+
+    def _query(self, op: str) -> Any:
+        return self.conn.call(op)[0]["value"]
+
+    # -- device queries (DRV-1): asked every time, never cached, so instability shows --
+    def capabilities(self) -> Capabilities:
+        return wire.decode_capabilities(self._query("capabilities"))
+
+    def version_string(self) -> str:
+        return str(self._query("version_string"))
+
+    def type(self) -> DeviceType:
+        return wire.enum_or_int(DeviceType, self._query("type"))
+
+    def supported_extensions(self) -> list[str]:
+        return list(self._query("supported_extensions"))
+
+    def number_of_cache_files_needed(self) -> tuple[int, int]:
+        model, data = self._query("number_of_cache_files_needed")
+        return int(model), int(data)
+
+    # -- compilation --
+    def supported_operations(self, model: Model) -> list[bool]:
+        fds: list[int] = []
+        desc, blob = wire.encode_model(model, fds)
+        return list(self.conn.call("supported_operations", {"model": desc}, blob, fds)[0]["value"])
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        fds: list[int] = []
+        desc, blob = wire.encode_model(model, fds)
+        fds.extend(model_cache)
+        fds.extend(data_cache)
+        body = {"model": desc, "preference": int(preference), "priority": int(priority), "deadline": deadline,
+                "model_cache": len(model_cache), "data_cache": len(data_cache),
+                "token": None if token is None else bytes(token).hex()}
+        conn = self.conn
+        reply, _, _ = conn.call("prepare_model", body, blob, fds, deadline=deadline)
+        return RemotePreparedModel(conn, int(reply["handle"]))
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        body = {"deadline": deadline, "model_cache": len(model_cache), "data_cache": len(data_cache),
+                "token": bytes(token).hex()}
+        conn = self.conn
+        reply, _, _ = conn.call("prepare_model_from_cache", body, fds=[*model_cache, *data_cache],
+                                deadline=deadline)
+        return RemotePreparedModel(conn, int(reply["handle"]))
+
+
+def create(spec: str = "", timeout: str | None = None) -> ServiceDriver:
+    """``service:<driver spec>`` hosts that driver in a child process; ``service:@PATH``
+    attaches to a running service. ``timeout`` (seconds) overrides the hang timeout."""
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("service needs the driver to host, e.g. service:reference")
+    seconds = None
+    if timeout is not None:
+        try:
+            seconds = float(timeout)
+        except ValueError:
+            raise ValueError(f"timeout {timeout!r} is not a number of seconds") from None
+    if spec.startswith("@"):
+        return ServiceDriver("", seconds, address=spec[1:])
+    if spec.split(":", 1)[0] == "service":
+        raise ValueError("a service cannot host another service")
+    return ServiceDriver(spec, seconds)
+
+
+create.raw_spec = True  # type: ignore[attr-defined]  # the rest of the spec is the hosted driver's
+
+__all__ = ["Connection", "RemoteBurst", "RemotePreparedModel", "ServiceDriver", "create"]

@@ -1,0 +1,141 @@
+"""A fast message queue (BURST-3): a single-producer / single-consumer ring buffer in shared
+memory, signalled with eventfds, as the HAL's FMQ carries burst requests and results.
+
+Layout of the shared memory (a memfd, little endian)::
+
+    0   u64  head: bytes consumed so far (written by the consumer only)
+    8   u64  tail: bytes produced so far (written by the producer only)
+    16  u32  capacity of the data area in bytes
+    20  u32  layout version (1)
+    64  ...  data area: messages as u32 length + payload, wrapping around the end
+
+The producer copies a whole message in, then publishes the new tail (one aligned 8-byte
+store, so the consumer never sees a half-written message) and signals the ``data`` eventfd;
+the consumer copies it out, publishes the new head and signals the ``space`` eventfd. A
+waiting side also watches "abort" descriptors (the peer's death, the queue's release), so it
+never blocks past the death of the other end (BURST-4), and gives up at its deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import time
+
+from nncert.hal.memory import Memory
+
+DATA_OFFSET = 64
+LAYOUT_VERSION = 1
+_LEN = struct.Struct("<I")
+
+
+class QueueAborted(Exception):
+    """One of the abort descriptors became readable while waiting."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(f"abort descriptor {fd} signalled")
+        self.fd = fd
+
+
+class QueueTimeout(Exception):
+    """The deadline passed while waiting for data or space."""
+
+
+class MessageQueue:
+    """One direction of a burst: the shared ring plus its two eventfds."""
+
+    def __init__(self, memory: Memory, data_fd: int, space_fd: int) -> None:
+        view = memory.view()
+        capacity, version = struct.unpack_from("<II", view, 16)
+        if version != LAYOUT_VERSION or DATA_OFFSET + capacity > memory.size or capacity < 64:
+            raise ValueError(f"not a message queue (layout {version}, capacity {capacity}, "
+                             f"{memory.size} bytes)")
+        self.memory = memory
+        self.capacity = capacity
+        self._index = view[:16].cast("Q")
+        self._data = view[DATA_OFFSET:DATA_OFFSET + capacity]
+        self.data_fd = data_fd
+        self.space_fd = space_fd
+
+    @classmethod
+    def create(cls, capacity: int = 1 << 16) -> MessageQueue:
+        memory = Memory.create(DATA_OFFSET + capacity, "ashmem")
+        struct.pack_into("<QQII", memory.view(), 0, 0, 0, capacity, LAYOUT_VERSION)
+        flags = os.EFD_CLOEXEC | os.EFD_NONBLOCK
+        return cls(memory, os.eventfd(0, flags), os.eventfd(0, flags))
+
+    def fds(self) -> list[int]:
+        """What the other end needs: the shared memory, the data and the space eventfds."""
+        return [self.memory.fd, self.data_fd, self.space_fd]
+
+    # -- producer --
+    def write(self, payload: bytes, deadline: float | None = None, abort: tuple[int, ...] = ()) -> None:
+        """Append one message; waits for space until ``deadline`` (time.monotonic())."""
+        need = _LEN.size + len(payload)
+        if need > self.capacity:
+            raise ValueError(f"message of {len(payload)} bytes exceeds the queue ({self.capacity} bytes)")
+        while True:
+            head, tail = self._index[0], self._index[1]
+            if self.capacity - (tail - head) >= need:
+                break
+            self._wait(self.space_fd, deadline, abort)
+        self._copy_in(tail, _LEN.pack(len(payload)))
+        self._copy_in(tail + _LEN.size, payload)
+        self._index[1] = tail + need  # publish
+        os.eventfd_write(self.data_fd, 1)
+
+    def _copy_in(self, position: int, data: bytes) -> None:
+        start = position % self.capacity
+        first = min(len(data), self.capacity - start)
+        self._data[start:start + first] = data[:first]
+        if first < len(data):
+            self._data[:len(data) - first] = data[first:]
+
+    # -- consumer --
+    def read(self, deadline: float | None = None, abort: tuple[int, ...] = ()) -> bytes:
+        """Take the next message; waits for one until ``deadline`` (time.monotonic())."""
+        while True:
+            head, tail = self._index[0], self._index[1]
+            if tail - head >= _LEN.size:
+                break
+            self._wait(self.data_fd, deadline, abort)
+        (length,) = _LEN.unpack(self._copy_out(head, _LEN.size))
+        if length > tail - head - _LEN.size:
+            raise ValueError(f"corrupt queue: message of {length} bytes, {tail - head} available")
+        payload = self._copy_out(head + _LEN.size, length)
+        self._index[0] = head + _LEN.size + length  # release the space
+        os.eventfd_write(self.space_fd, 1)
+        return payload
+
+    def _copy_out(self, position: int, n: int) -> bytes:
+        start = position % self.capacity
+        first = min(n, self.capacity - start)
+        data = bytes(self._data[start:start + first])
+        return data + bytes(self._data[:n - first]) if first < n else data
+
+    @staticmethod
+    def _wait(fd: int, deadline: float | None, abort: tuple[int, ...]) -> None:
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise QueueTimeout("deadline passed")
+        ready, _, _ = select.select([fd, *abort], [], [], timeout)
+        if not ready:
+            raise QueueTimeout("deadline passed")
+        for a in abort:
+            if a in ready:
+                raise QueueAborted(a)
+        try:
+            os.eventfd_read(fd)  # clear; the loop re-checks the indexes
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        self._index.release()
+        self._data.release()
+        self.memory.close()
+        for fd in (self.data_fd, self.space_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

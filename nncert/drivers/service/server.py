@@ -1,0 +1,391 @@
+"""The driver service: hosts one driver in this process and serves it over a Unix socket
+(docs/service-protocol.md), the way a HAL service serves the NNAPI runtime.
+
+Run by ``service:<spec>`` (which hands over an already listening socket with ``--fd``), or by
+hand to serve a socket path other processes attach to::
+
+    python -m nncert.drivers.service.server --driver reference --socket /tmp/nn.sock
+
+Each connection is a client with its own handles (prepared models, bursts, fenced
+callbacks); they are released when the client asks, or all at once when it disconnects
+(DRV-5: a dead client leaks nothing). Each connection has a few threads taking turns to
+read and answer calls, so that several clients and threads are served at once (DRV-4). The service exits when its
+owner (the first client) disconnects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from nncert.drivers import DriverSpecError, load_driver
+from nncert.drivers.base import Burst, Driver, FencedExecutionCallback, PreparedModel, SyncFence
+from nncert.drivers.service import wire
+from nncert.drivers.service.fmq import MessageQueue, QueueAborted
+from nncert.hal.errors import HalError
+from nncert.hal.memory import Memory
+from nncert.hal.model import Request
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+
+Reply = tuple[dict, bytes, list[int]]
+
+
+class BurstWorker:
+    """The service end of a burst: reads requests from the request queue, runs them on the
+    hosted driver's burst object, writes results to the result queue (BURST-1..3)."""
+
+    def __init__(self, burst: Burst, requests: MessageQueue, results: MessageQueue) -> None:
+        self.burst = burst
+        self.requests = requests
+        self.results = results
+        self.slots: dict[int, Memory] = {}
+        self.stop_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.thread = threading.Thread(target=self._loop, name="nncert-burst", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                message = self.requests.read(None, (self.stop_fd,))
+                self.results.write(self._run(message), None, (self.stop_fd,))
+        except QueueAborted:
+            pass
+        finally:
+            self.requests.close()
+            self.results.close()
+            os.close(self.stop_fd)
+
+    def _run(self, message: bytes) -> bytes:
+        try:
+            d = json.loads(message)
+            slots = list(wire.iter_ints(d["slots"], "slots"))
+            missing = [s for s in slots if s not in self.slots]
+            if missing:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst memory slots {missing} were never sent")
+            request = Request(wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"]),
+                              [self.slots[s] for s in slots])
+            shapes, timing = self.burst.execute(request, slots, MeasureTiming(d["measure"]), d["deadline"],
+                                                d["loop_timeout"])
+            body = ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
+        except Exception as e:  # noqa: BLE001 - every failure becomes a status for the client
+            body = error_body(e)
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def stop(self) -> None:
+        os.eventfd_write(self.stop_fd, 1)
+
+
+class FencedEntry:
+    """A fenced execution's callback and the fence the hosted driver returned: kept alive
+    until the client releases the callback, since the driver signals that very fence."""
+
+    def __init__(self, callback: FencedExecutionCallback, fence: SyncFence | None) -> None:
+        self.callback = callback
+        self.fence = fence
+
+
+def ok(body: dict | None = None) -> dict:
+    return {"status": 0, **(body or {})}
+
+
+def error_body(e: BaseException) -> dict:
+    if isinstance(e, HalError):
+        return {"status": int(e.status), "message": e.message, "shapes": wire.encode_shapes(e.output_shapes)}
+    if isinstance(e, wire.ProtocolError):
+        return {"status": int(ErrorStatus.INVALID_ARGUMENT), "message": f"protocol: {e}", "shapes": []}
+    # A driver bug: surface it as a status with its origin, never kill the service.
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    origin = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+    return {"status": int(ErrorStatus.GENERAL_FAILURE), "message": f"{type(e).__name__}: {e}{origin}",
+            "shapes": []}
+
+
+class Session:
+    """One client connection and the handles it owns."""
+
+    #: Calls one client may have in progress at once.
+    WORKERS = 16
+
+    def __init__(self, service: Service, sock: socket.socket) -> None:
+        self.service = service
+        self.driver = service.driver
+        self.sock = sock
+        self.send_lock = threading.Lock()
+        self.handles: dict[int, Any] = {}
+        self.counter = itertools.count(1)
+        self.lock = threading.Lock()
+        self.read_lock = threading.Lock()
+        self.closed = False
+
+    # -- handles (DRV-5) --
+    def add(self, obj: Any) -> int:
+        with self.lock:
+            handle = next(self.counter)
+            self.handles[handle] = obj
+        return handle
+
+    def get(self, handle: Any, kind: type) -> Any:
+        obj = self.handles.get(handle)
+        if not isinstance(obj, kind):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"no {kind.__name__} with handle {handle!r}")
+        return obj
+
+    def release(self, handles: Any) -> None:
+        for handle in wire.iter_ints(handles, "release"):
+            with self.lock:
+                obj = self.handles.pop(handle, None)
+            if isinstance(obj, BurstWorker):
+                obj.stop()
+
+    def release_all(self) -> None:
+        with self.lock:
+            objects, self.handles = list(self.handles.values()), {}
+        for obj in objects:
+            if isinstance(obj, BurstWorker):
+                obj.stop()
+
+    # -- the loop --
+    def serve(self) -> None:
+        """Serve until the client disconnects. ``WORKERS`` threads take turns reading the
+        socket (leader/follower): the one that reads a call also answers it, while the next
+        one reads on, so several calls run at once with no hand-off between threads."""
+        workers = [threading.Thread(target=self._work, name="nncert-session", daemon=True)
+                   for _ in range(self.WORKERS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        self.release_all()
+        self.sock.close()
+
+    def _work(self) -> None:
+        while not self.closed:
+            with self.read_lock:
+                if self.closed:
+                    return
+                try:
+                    message = wire.recv_message(self.sock)
+                except wire.ProtocolError as e:
+                    print(f"nncert service: dropping a client: {e}", file=sys.stderr)
+                    message = None
+                except OSError:
+                    message = None
+                if message is None:
+                    self.closed = True
+                    return
+            call_id, body, blob, fds = message
+            self.dispatch(call_id, body.get("op"), body, blob, fds)
+
+    def dispatch(self, call_id: int, op: Any, body: dict, blob: bytes, fds: list[int]) -> None:
+        fdr = wire.FdReader(fds)
+        out_fds: list[int] = []
+        try:
+            if "release" in body:
+                self.release(body["release"])
+            handler: Callable[..., Reply] | None = getattr(self, f"op_{op}", None) if isinstance(op, str) \
+                else None
+            if handler is None:
+                raise wire.ProtocolError(f"unknown operation {op!r}")
+            reply, reply_blob, out_fds = handler(body, blob, fdr)
+        except Exception as e:  # noqa: BLE001 - reported to the client as a status
+            reply, reply_blob = error_body(e), b""
+        finally:
+            fdr.close_rest()
+        if body.get("noreply"):
+            return
+        try:
+            wire.send_message(self.sock, self.send_lock, call_id, reply, reply_blob, out_fds)
+        except OSError:
+            pass  # the client is gone; serve() notices and cleans up
+
+    # -- device queries (DRV-1) --
+    def op_hello(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        d = self.driver
+        return ok({"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "driver": d.name,
+                   "feature_level": int(d.feature_level), "device_type": int(d.type())}), b"", []
+
+    def op_capabilities(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok({"value": wire.encode_capabilities(self.driver.capabilities())}), b"", []
+
+    def op_version_string(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok({"value": self.driver.version_string()}), b"", []
+
+    def op_type(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok({"value": int(self.driver.type())}), b"", []
+
+    def op_supported_extensions(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok({"value": list(self.driver.supported_extensions())}), b"", []
+
+    def op_number_of_cache_files_needed(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok({"value": list(self.driver.number_of_cache_files_needed())}), b"", []
+
+    def op_ping(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        return ok(), b"", []
+
+    def op_stats(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        """What this client holds and how many clients there are (DRV-5 checks)."""
+        with self.lock:
+            kinds = [type(h).__name__ for h in self.handles.values()]
+        return ok({"handles": len(kinds), "kinds": sorted(kinds), "sessions": self.service.sessions}), b"", []
+
+    # -- compilation --
+    def op_supported_operations(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        model = wire.decode_model(body["model"], blob, fdr)
+        return ok({"value": [bool(x) for x in self.driver.supported_operations(model)]}), b"", []
+
+    def _caches(self, body: dict, fdr: wire.FdReader) -> tuple[list[int], list[int]]:
+        n_model, n_data = int(body.get("model_cache", 0)), int(body.get("data_cache", 0))
+        return [fdr.take() for _ in range(n_model)], [fdr.take() for _ in range(n_data)]
+
+    def op_prepare_model(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        model = wire.decode_model(body["model"], blob, fdr)
+        model_cache, data_cache = self._caches(body, fdr)
+        preference = wire.enum_or_int(ExecutionPreference, body["preference"])
+        priority = wire.enum_or_int(Priority, body["priority"])
+        token = bytes.fromhex(body["token"]) if body.get("token") is not None else None
+        try:
+            prepared = self.driver.prepare_model(model, preference, priority, body.get("deadline"),
+                                                 model_cache, data_cache, token)
+        finally:
+            wire.close_fds(model_cache + data_cache)
+        return ok({"handle": self.add(prepared)}), b"", []
+
+    def op_prepare_model_from_cache(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        model_cache, data_cache = self._caches(body, fdr)
+        try:
+            prepared = self.driver.prepare_model_from_cache(body.get("deadline"), model_cache, data_cache,
+                                                            bytes.fromhex(body["token"]))
+        finally:
+            wire.close_fds(model_cache + data_cache)
+        return ok({"handle": self.add(prepared)}), b"", []
+
+    # -- execution (EXE-1) --
+    def op_execute(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        prepared = self.get(body["handle"], PreparedModel)
+        request = wire.decode_request(body["request"], fdr)
+        measure = MeasureTiming(body["measure"])
+        deadline, loop_timeout = body.get("deadline"), body.get("loop_timeout")
+        if body.get("mode") == "async":
+            result = prepared.execute(request, measure, deadline, loop_timeout).wait(None)
+            shapes, timing = result.raise_for_status()
+        else:
+            shapes, timing = prepared.execute_synchronously(request, measure, deadline, loop_timeout)
+        return ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)}), b"", []
+
+    def op_execute_fenced(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        prepared = self.get(body["handle"], PreparedModel)
+        request = wire.decode_request(body["request"], fdr)
+        wait_for = [SyncFence.adopt(fdr.take()) for _ in range(int(body["fences"]))]
+        fence, callback = prepared.execute_fenced(
+            request, wait_for, MeasureTiming(body["measure"]), body.get("deadline"),
+            body.get("loop_timeout"), body.get("timeout_after_fence"))
+        handle = self.add(FencedEntry(callback, fence))
+        return ok({"callback": handle, "fence": fence is not None}), b"", [fence.fd] if fence else []
+
+    def op_fenced_info(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        info = self.get(body["handle"], FencedEntry).callback.get_execution_info()
+        return ok({"info": [int(info.status), wire.encode_timing(info.timing_launched),
+                            wire.encode_timing(info.timing_fenced)]}), b"", []
+
+    # -- bursts (BURST-1..4) --
+    def op_burst_configure(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        prepared = self.get(body["handle"], PreparedModel)
+        queues = []
+        for _ in range(2):
+            memory = Memory.adopt("ashmem", fdr.take(), int(body["queue_size"]))
+            queues.append(MessageQueue(memory, fdr.take(), fdr.take()))
+        worker = BurstWorker(prepared.configure_execution_burst(), *queues)
+        return ok({"handle": self.add(worker)}), b"", []
+
+    def op_burst_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        worker = self.get(body["handle"], BurstWorker)
+        memory = wire.decode_pool(body["pool"], fdr)
+        if not isinstance(memory, Memory):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "a burst slot needs a shared-memory pool")
+        worker.slots[int(body["slot"])] = memory
+        return ok(), b"", []
+
+    def op_burst_release_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        worker = self.get(body["handle"], BurstWorker)
+        slot = int(body["slot"])
+        worker.burst.release_memory_resource(slot)
+        worker.slots.pop(slot, None)
+        return ok(), b"", []
+
+
+class Service:
+    def __init__(self, driver: Driver, listener: socket.socket) -> None:
+        self.driver = driver
+        self.listener = listener
+        self.sessions = 0
+
+    def serve(self) -> None:
+        owner = True
+        while True:
+            sock, _ = self.listener.accept()
+            session = Session(self, sock)
+            self.sessions += 1
+            if owner:
+                owner = False
+                threading.Thread(target=self._serve_owner, args=(session,), name="nncert-owner",
+                                 daemon=True).start()
+            else:
+                threading.Thread(target=self._serve_client, args=(session,), name="nncert-client",
+                                 daemon=True).start()
+
+    def _serve_client(self, session: Session) -> None:
+        session.serve()
+        self.sessions -= 1
+
+    def _serve_owner(self, session: Session) -> None:
+        session.serve()
+        # The owner is gone: nobody will restart or stop us, so stop now. os._exit, because
+        # a hosted driver's threads may be stuck in a call that will never return.
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _refuse(listener: socket.socket, message: str) -> None:
+    """Answer the owner's hello with the reason the driver could not be loaded."""
+    sock, _ = listener.accept()
+    got = wire.recv_message(sock)
+    if got is not None:
+        wire.close_fds(got[3])
+        body = {"status": int(ErrorStatus.GENERAL_FAILURE), "message": message, "spec_error": True}
+        wire.send_message(sock, threading.Lock(), got[0], body)
+    sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nncert.drivers.service.server",
+                                     description="Serve one nncert driver over a Unix socket.")
+    parser.add_argument("--driver", required=True, help="spec of the driver to host")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--fd", type=int, help="an inherited, already listening socket")
+    where.add_argument("--socket", help="a socket path to create and listen on")
+    args = parser.parse_args(argv)
+    if args.fd is not None:
+        listener = socket.socket(fileno=args.fd)
+    else:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(args.socket)
+        listener.listen(64)
+    try:
+        driver = load_driver(args.driver)
+    except DriverSpecError as e:
+        _refuse(listener, str(e))
+        return 2
+    Service(driver, listener).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
