@@ -15,7 +15,7 @@ from nncert.hal.memory import KINDS
 from nncert.hal.model import Timing
 from nncert.hal.types import NO_TIMING, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
-from nncert.testing.cases import sample_case
+from nncert.testing.cases import case_id, enumerate_cases, sample_case
 from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_case, wait_fence
 
 T = OperandType
@@ -32,6 +32,8 @@ def _one_case_per_operation() -> list:
 
 
 CASES = _one_case_per_operation()
+#: Every per-operation case (the whole of test_operations' base matrix).
+EVERY_CASE = [pytest.param(k, id=case_id(*k)) for k in enumerate_cases()]
 
 
 def _prepared_case(driver, key, variation="base"):
@@ -45,7 +47,7 @@ def _raw_outputs(model, request, case):
 
 
 @pytest.mark.req("EXE-1", "EXE-3", "BURST-1", "BURST-3")
-@pytest.mark.parametrize("key", CASES)
+@pytest.mark.parametrize("key", EVERY_CASE)
 def test_every_path_gives_the_same_results(driver, key):
     case, model, feeds, prepared = _prepared_case(driver, key)
     results = {}

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from nncert.testing.cases import case_id, enumerate_cases, sample_case
+from nncert.testing.cases import SEEDS, case_id, enumerate_cases, sample_case
 from nncert.testing.criteria import tolerance
 from nncert.testing.harness import run_case
-
-SEEDS = (0, 1, 2)
 
 
 def _key_id(key) -> str:

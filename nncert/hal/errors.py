@@ -30,7 +30,7 @@ class ValidationError(HalError):
         super().__init__(ErrorStatus.INVALID_ARGUMENT, f"{where}: [{rule}] {detail}")
 
 
-class DriverFault(HalError):
+class DriverFault(HalError):  # noqa: N818 - an outcome (CRASH/HANG), named as such
     """The driver process crashed or stopped responding, so the call could not complete.
 
     The status is DEVICE_UNAVAILABLE (the binder DEAD_OBJECT analogue); ``outcome`` says how

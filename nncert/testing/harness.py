@@ -31,7 +31,8 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
             raise DriverFault("HANG", f"the execution callback was not notified within {hang_timeout():g} s")
         return callback.wait().raise_for_status()
     if path == "fenced":
-        fence, callback = prepared.execute_fenced(request, (), measure)
+        # An already signalled wait-for fence: the driver's real fence path, not the shortcut.
+        fence, callback = prepared.execute_fenced(request, [SyncFence.signalled()], measure)
         wait_fence(fence)
         info = callback.get_execution_info()
         if info.status is not ErrorStatus.NONE:

@@ -402,7 +402,8 @@ class RemoteBurst(Burst):
                 if slot not in self.slots:
                     fds: list[int] = []
                     desc = wire.encode_pool(pool, fds)
-                    self.conn.call("burst_memory", {"handle": self.handle, "slot": slot, "pool": desc}, fds=fds)
+                    body = {"handle": self.handle, "slot": slot, "pool": desc}
+                    self.conn.call("burst_memory", body, fds=fds)
                     self.slots[slot] = pool
             message = {"slots": list(slots), "inputs": wire.encode_arguments(request.inputs),
                        "outputs": wire.encode_arguments(request.outputs), "measure": int(measure),
@@ -536,7 +537,7 @@ class ServiceDriver(Driver):
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:
             pass
 
     @property

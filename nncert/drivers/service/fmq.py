@@ -30,7 +30,7 @@ LAYOUT_VERSION = 1
 _LEN = struct.Struct("<I")
 
 
-class QueueAborted(Exception):
+class QueueAborted(Exception):  # noqa: N818 - an event, not a bug
     """One of the abort descriptors became readable while waiting."""
 
     def __init__(self, fd: int) -> None:
@@ -38,7 +38,7 @@ class QueueAborted(Exception):
         self.fd = fd
 
 
-class QueueTimeout(Exception):
+class QueueTimeout(Exception):  # noqa: N818 - an event, not a bug
     """The deadline passed while waiting for data or space."""
 
 

@@ -9,8 +9,8 @@ hand to serve a socket path other processes attach to::
 Each connection is a client with its own handles (prepared models, bursts, fenced
 callbacks); they are released when the client asks, or all at once when it disconnects
 (DRV-5: a dead client leaks nothing). Each connection has a few threads taking turns to
-read and answer calls, so that several clients and threads are served at once (DRV-4). The service exits when its
-owner (the first client) disconnects.
+read and answer calls, so that several clients and threads are served at once (DRV-4).
+The service exits when its owner (the first client) disconnects.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class BurstWorker:
             shapes, timing = self.burst.execute(request, slots, MeasureTiming(d["measure"]), d["deadline"],
                                                 d["loop_timeout"])
             body = ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
-        except Exception as e:  # noqa: BLE001 - every failure becomes a status for the client
+        except Exception as e:
             body = error_body(e)
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -90,6 +90,14 @@ class FencedEntry:
     def __init__(self, callback: FencedExecutionCallback, fence: SyncFence | None) -> None:
         self.callback = callback
         self.fence = fence
+
+
+class Body(dict):
+    """A call's JSON body: a missing field is a protocol error (INVALID_ARGUMENT), not a
+    KeyError that would read as a bug of the hosted driver."""
+
+    def __missing__(self, key: str) -> Any:
+        raise wire.ProtocolError(f"the call has no {key!r} field")
 
 
 def ok(body: dict | None = None) -> dict:
@@ -182,7 +190,7 @@ class Session:
                     self.closed = True
                     return
             call_id, body, blob, fds = message
-            self.dispatch(call_id, body.get("op"), body, blob, fds)
+            self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
 
     def dispatch(self, call_id: int, op: Any, body: dict, blob: bytes, fds: list[int]) -> None:
         fdr = wire.FdReader(fds)
@@ -195,7 +203,7 @@ class Session:
             if handler is None:
                 raise wire.ProtocolError(f"unknown operation {op!r}")
             reply, reply_blob, out_fds = handler(body, blob, fdr)
-        except Exception as e:  # noqa: BLE001 - reported to the client as a status
+        except Exception as e:
             reply, reply_blob = error_body(e), b""
         finally:
             fdr.close_rest()

@@ -1,0 +1,340 @@
+"""The driver service (service:SPEC): descriptors instead of bytes, remote handles, death and
+deadlines, bursts over the shared-memory queue, protocol robustness."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from nncert.drivers import DriverSpecError, load_driver
+from nncert.drivers.base import SyncFence, set_hang_timeout
+from nncert.drivers.service import wire
+from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.errors import DriverFault, HalError
+from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
+from nncert.testing.harness import execute, wait_fence
+
+T = OperandType
+
+
+def _add_model(n: int = 4):
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_FLOAT32, (n,))
+    y = b.operand(T.TENSOR_FLOAT32, (n,))
+    out = b.operand(T.TENSOR_FLOAT32, (n,))
+    b.operation(OperationType.ADD, [x, y, b.constant(T.INT32, 0)], [out])
+    return b.build([x, y], [out])
+
+
+def _feeds(n: int = 4, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, n).astype(np.float32) for _ in range(2)]
+
+
+def _run(prepared, model, feeds, path="sync"):
+    request = build_request(model, feeds)
+    execute(prepared, request, path)
+    return read_outputs(model, request, [(len(feeds[0]),)])[0]
+
+
+@pytest.fixture
+def service():
+    driver = load_driver("service:reference")
+    yield driver
+    driver.close()
+
+
+def _stats(driver) -> dict:
+    return driver.conn.call("stats")[0]
+
+
+def test_results_and_queries_match_the_hosted_driver(service):
+    reference = load_driver("reference")
+    assert service.version_string() == reference.version_string()
+    assert service.capabilities() == reference.capabilities()
+    assert service.type() == reference.type()
+    assert service.number_of_cache_files_needed() == reference.number_of_cache_files_needed()
+    model, feeds = _add_model(), _feeds()
+    prepared = service.prepare_model(model)
+    for path in ("sync", "async", "fenced", "burst"):
+        np.testing.assert_array_equal(_run(prepared, model, feeds, path), feeds[0] + feeds[1])
+
+
+def test_pools_travel_as_descriptors_not_bytes(service, monkeypatch):
+    """MEM-2: a 4 MiB input crosses the socket as a descriptor; the messages stay small."""
+    sizes = []
+    real = wire.send_message
+
+    def spy(sock, lock, call_id, body, blob=b"", fds=()):
+        sizes.append(len(blob) + len(str(body)))
+        return real(sock, lock, call_id, body, blob, fds)
+
+    monkeypatch.setattr(wire, "send_message", spy)
+    n = 1 << 20
+    model, feeds = _add_model(n), _feeds(n)
+    prepared = service.prepare_model(model)
+    np.testing.assert_array_equal(_run(prepared, model, feeds), feeds[0] + feeds[1])
+    assert sizes and max(sizes) < 4096, f"a message carried {max(sizes)} bytes"
+
+
+def test_dropped_handles_are_released(service):
+    """DRV-5: dropping a prepared model (or a burst) frees it in the service."""
+    model = _add_model()
+    prepared = [service.prepare_model(model) for _ in range(3)]
+    burst = prepared[0].configure_execution_burst()
+    assert _stats(service)["handles"] == 4
+    del prepared[1:], burst
+    assert _stats(service)["handles"] == 1  # the releases ride on this very call
+    del prepared
+    assert _stats(service)["handles"] == 0
+
+
+def test_a_client_that_disconnects_leaks_nothing(service):
+    other = load_driver(service.attach_spec)
+    other.prepare_model(_add_model()).configure_execution_burst()
+    assert _stats(service)["sessions"] == 2
+    other.close()
+    for _ in range(100):
+        if _stats(service)["sessions"] == 1:
+            break
+        time.sleep(0.02)
+    assert _stats(service)["sessions"] == 1
+    model, feeds = _add_model(), _feeds()
+    np.testing.assert_array_equal(_run(service.prepare_model(model), model, feeds), feeds[0] + feeds[1])
+
+
+def test_death_between_calls_fails_every_later_call_until_restart(service):
+    model, feeds = _add_model(), _feeds()
+    prepared = service.prepare_model(model)
+    os.kill(service.conn.service_pid, signal.SIGKILL)
+    time.sleep(0.1)
+    assert not service.alive()
+    for call in (service.capabilities, lambda: service.prepare_model(model),
+                 lambda: _run(prepared, model, feeds)):
+        with pytest.raises(DriverFault) as info:
+            call()
+        assert info.value.status is ErrorStatus.DEVICE_UNAVAILABLE and info.value.outcome == "CRASH"
+        assert "SIGKILL" in str(info.value)
+    started = time.monotonic()
+    service.restart()
+    assert time.monotonic() - started < 10
+    np.testing.assert_array_equal(_run(service.prepare_model(model), model, feeds), feeds[0] + feeds[1])
+    with pytest.raises(DriverFault):  # a handle of the dead instance stays dead
+        _run(prepared, model, feeds)
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "burst"])
+def test_crash_during_a_call_is_a_crash_with_the_signal_and_stderr(path):
+    driver = load_driver("service:mutant:crash,op=ADD")
+    try:
+        model, feeds = _add_model(), _feeds()
+        prepared = driver.prepare_model(model)
+        started = time.monotonic()
+        with pytest.raises(HalError) as info:
+            _run(prepared, model, feeds, path)
+        assert time.monotonic() - started < 10
+        fault = info.value
+        assert fault.status is ErrorStatus.DEVICE_UNAVAILABLE
+        if path != "async":  # the async path reports through its callback: a status only
+            assert isinstance(fault, DriverFault) and fault.outcome == "CRASH"
+            assert "SIGABRT" in str(fault) and "aborting on ADD" in fault.detail
+        assert not driver.alive()
+    finally:
+        driver.close()
+
+
+def test_a_hang_is_killed_at_the_deadline():
+    driver = load_driver("service:mutant:hang,op=ADD", {"timeout": "1"})
+    try:
+        model, feeds = _add_model(), _feeds()
+        prepared = driver.prepare_model(model)
+        pid = driver.conn.service_pid
+        started = time.monotonic()
+        with pytest.raises(DriverFault) as info:
+            _run(prepared, model, feeds)
+        assert info.value.outcome == "HANG"
+        assert time.monotonic() - started < 5
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        driver.close()
+
+
+def test_a_hal_deadline_bounds_the_wait():
+    """EXE-10: with a deadline 0.2 s away, a hung service is given up on soon after it."""
+    driver = load_driver("service:mutant:hang,op=ADD")
+    try:
+        model, feeds = _add_model(), _feeds()
+        prepared = driver.prepare_model(model)
+        started = time.monotonic()
+        with pytest.raises(DriverFault):
+            prepared.execute_synchronously(build_request(model, feeds), MeasureTiming.NO,
+                                           time.monotonic_ns() + 200_000_000)
+        assert time.monotonic() - started < 5
+    finally:
+        driver.close()
+
+
+def test_burst_death_wakes_the_waiting_side_at_once():
+    """BURST-4: the service dies in the middle of a burst; the client's wait ends with it,
+    long before the (30 s) call deadline."""
+    driver = load_driver("service:mutant:burst_death")
+    try:
+        model = _add_model()
+        burst = driver.prepare_model(model).configure_execution_burst()
+        request = build_request(model, _feeds())
+        burst.execute(request, [0, 1])
+        started = time.monotonic()
+        with pytest.raises(DriverFault) as info:
+            burst.execute(request, [0, 1])
+        assert time.monotonic() - started < 5
+        assert info.value.outcome == "CRASH" and "SIGABRT" in str(info.value)
+    finally:
+        driver.close()
+
+
+def test_a_fence_never_signalled_is_a_hang():
+    driver = load_driver("service:mutant:silent_fence")
+    set_hang_timeout(0.5)
+    try:
+        model, feeds = _add_model(), _feeds()
+        prepared = driver.prepare_model(model)
+        with pytest.raises(DriverFault) as info:
+            execute(prepared, build_request(model, feeds), "fenced")
+        assert info.value.outcome == "HANG"
+    finally:
+        set_hang_timeout(30)
+        driver.close()
+
+
+def test_fenced_execution_waits_for_a_fence_signalled_in_this_process(service):
+    """EXE-1/EXE-8: the wait-for fence crosses the socket as an eventfd; the service waits on it."""
+    model, feeds = _add_model(), _feeds()
+    prepared = service.prepare_model(model)
+    gate = SyncFence()
+    request = build_request(model, feeds)
+    fence, callback = prepared.execute_fenced(request, [gate], MeasureTiming.YES)
+    assert fence is not None and not fence.wait(0.1), "ran before its fence was signalled"
+    gate.signal()
+    wait_fence(fence)
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE
+    assert info.timing_launched.time_in_driver >= 100_000 > info.timing_fenced.time_in_driver
+    np.testing.assert_array_equal(read_outputs(model, request, [(4,)])[0], feeds[0] + feeds[1])
+
+
+def test_parallel_executions_from_threads(service):
+    """DRV-4: several threads executing at once on one prepared model, each its own result."""
+    model = _add_model()
+    prepared = service.prepare_model(model)
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(20):
+                feeds = _feeds(seed=seed * 100 + i)
+                np.testing.assert_array_equal(_run(prepared, model, feeds), feeds[0] + feeds[1])
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+
+
+def test_a_forked_child_gets_its_own_connection(service):
+    model, feeds = _add_model(), _feeds()
+    service.version_string()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            out = _run(service.prepare_model(model), model, feeds)
+            os._exit(0 if np.array_equal(out, feeds[0] + feeds[1]) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert service.alive() and service.version_string()
+
+
+def test_malformed_messages_get_invalid_argument_and_the_service_survives(service):
+    with pytest.raises(HalError) as info:
+        service.conn.call("execute", {"handle": 12345})
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+    with pytest.raises(HalError) as info:
+        service.conn.call("no_such_operation")
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+    with pytest.raises(HalError) as info:
+        service.conn.call("prepare_model", {"model": {"main": "nonsense"}, "preference": 1, "priority": 0})
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+    # A client speaking garbage is dropped; the others carry on.
+    rogue = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    rogue.connect(service.address)
+    rogue.sendall(b"GARBAGE!" * 10)
+    try:
+        assert rogue.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    rogue.close()
+    with pytest.raises(HalError) as info:
+        service.conn.call("execute", {"handle": 1})
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+    assert service.version_string()
+
+
+def test_invalid_models_reach_the_hosted_driver_unchanged(service):
+    """VAL-1 through the service: an operand type code outside the enum survives the wire."""
+    model = _add_model()
+    model.main.operands[0].type = 77
+    with pytest.raises(HalError) as info:
+        service.prepare_model(model)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT and "77" in info.value.message
+
+
+def test_bad_specs_are_one_line_errors():
+    for spec, words in [("service:", "needs the driver"), ("service:no_such_driver", "no_such_driver"),
+                        ("service:service:reference", "cannot host"),
+                        ("service:@/nonexistent/sock", "no driver"),
+                        ("service:mutant:crash,op=NOPE", "NOPE")]:
+        with pytest.raises(DriverSpecError) as info:
+            load_driver(spec)
+        assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cli_reports_a_bad_service_spec_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "nncert.cli", "drivers", "--check", "service:nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_message_queue_wraps_around_and_gives_up():
+    queue = MessageQueue.create(256)
+    for i in range(50):  # crosses the end of the ring many times
+        payload = bytes([i]) * (i % 40 + 1)
+        queue.write(payload)
+        assert queue.read() == payload
+    with pytest.raises(QueueTimeout):
+        queue.read(time.monotonic() + 0.05)
+    queue.write(b"x" * 200)
+    with pytest.raises(QueueTimeout):  # full: no room for another 200 bytes
+        queue.write(b"y" * 200, time.monotonic() + 0.05)
+    abort = SyncFence.signalled()
+    queue.read()
+    with pytest.raises(QueueAborted):
+        queue.read(None, (abort.fd,))
+    with pytest.raises(ValueError):
+        queue.write(b"z" * 300)
+    queue.close()
