@@ -338,3 +338,48 @@ def test_message_queue_wraps_around_and_gives_up():
     with pytest.raises(ValueError):
         queue.write(b"z" * 300)
     queue.close()
+
+
+def test_a_pool_the_service_cannot_map_is_general_failure(service):
+    """MEM-3: a pool larger than its file cannot be mapped: GENERAL_FAILURE, model or request."""
+    from nncert.hal.memory import Memory
+    model, feeds = _add_model(), _feeds()
+    prepared = service.prepare_model(model)
+    request = build_request(model, feeds)
+    fds: list[int] = []
+    body = {"handle": prepared.handle, "mode": "sync", "request": wire.encode_request(request, fds),
+            "measure": 0, "deadline": None, "loop_timeout": None}
+    body["request"]["pools"][0]["size"] = 1 << 40
+    with pytest.raises(HalError) as info:
+        service.conn.call("execute", body, fds=fds)
+    assert info.value.status is ErrorStatus.GENERAL_FAILURE
+    big = _add_model(64)
+    pool = Memory.create(16)
+    big.pools.append(pool)
+    fds = []
+    desc, blob = wire.encode_model(big, fds)
+    desc["pools"][0]["size"] = 1 << 40
+    with pytest.raises(HalError) as info:
+        service.conn.call("prepare_model", {"model": desc, "preference": 1, "priority": 90}, blob, fds)
+    assert info.value.status is ErrorStatus.GENERAL_FAILURE
+    body["measure"] = 7
+    body["request"] = wire.encode_request(request, fds := [])
+    with pytest.raises(HalError) as info:
+        service.conn.call("execute", body, fds=fds)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+def test_a_burst_slot_sent_but_never_run_can_be_released(service):
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    request = build_request(model, feeds)
+    burst.execute(request, [0, 1])
+    extra = build_request(model, feeds)
+    fds: list[int] = []
+    desc = wire.encode_pool(extra.pools[0], fds)
+    service.conn.call("burst_memory", {"handle": burst.handle, "slot": 9, "pool": desc}, fds=fds)
+    service.conn.call("burst_release_memory", {"handle": burst.handle, "slot": 9})
+    burst.release_memory_resource(0)
+    with pytest.raises(HalError) as info:
+        burst.release_memory_resource(42)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT

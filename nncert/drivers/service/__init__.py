@@ -139,11 +139,7 @@ class Connection:
             self.check()
             raise AssertionError("woken without a reply or a fault")
         reply, reply_blob, reply_fds = waiter.reply
-        status = reply.get("status", ErrorStatus.GENERAL_FAILURE)
-        if status != ErrorStatus.NONE:
-            wire.close_fds(reply_fds)
-            raise HalError(wire.enum_or_int(ErrorStatus, status), str(reply.get("message", "")),
-                           wire.decode_shapes(reply.get("shapes")))
+        raise_for_status(reply, reply_fds)
         return reply, reply_blob, reply_fds
 
     def _await(self, waiter: _Waiter, limit: float) -> None:
@@ -290,6 +286,20 @@ class Connection:
             self.death_fd = None
 
 
+def raise_for_status(reply: dict, fds: Sequence[int] = ()) -> None:
+    """Raise the HalError an error reply carries (closing descriptors that came with it)."""
+    status = reply.get("status", ErrorStatus.GENERAL_FAILURE)
+    if status == ErrorStatus.NONE:
+        return
+    wire.close_fds(fds)
+    message = str(reply.get("message", ""))
+    try:
+        status = ErrorStatus(status)
+    except ValueError:
+        status, message = ErrorStatus.GENERAL_FAILURE, f"unknown status {status!r}: {message}"
+    raise HalError(status, message, wire.decode_shapes(reply.get("shapes")))
+
+
 def _deadline_body(deadline: Deadline, loop_timeout: int | None) -> dict:
     return {"deadline": deadline, "loop_timeout": loop_timeout}
 
@@ -340,7 +350,8 @@ class RemotePreparedModel(PreparedModel):
                 "timeout_after_fence": timeout_after_fence, **_deadline_body(deadline, loop_timeout)}
         fds.extend(f.fd for f in wait_for)
         reply, _, reply_fds = self.conn.call("execute_fenced", body, fds=fds, deadline=deadline)
-        fence = SyncFence.adopt(reply_fds[0]) if reply.get("fence") and reply_fds else None
+        fence = SyncFence.adopt(reply_fds.pop(0)) if reply.get("fence") and reply_fds else None
+        wire.close_fds(reply_fds)
         return fence, RemoteFencedCallback(self.conn, int(reply["callback"]))
 
     def configure_execution_burst(self) -> RemoteBurst:
@@ -368,7 +379,7 @@ class RemoteFencedCallback(FencedExecutionCallback):
             return FencedExecutionInfo(e.status, message=e.message)
         status, launched, fenced = reply["info"]
         return FencedExecutionInfo(wire.enum_or_int(ErrorStatus, status), wire.decode_timing(launched),
-                                   wire.decode_timing(fenced))
+                                   wire.decode_timing(fenced), str(reply.get("message", "")))
 
     def __del__(self) -> None:
         self.conn.release(self.handle)
@@ -421,9 +432,7 @@ class RemoteBurst(Burst):
             except QueueTimeout:
                 self.conn.hang("burst execution", limit)
                 raise self.conn.error() from None
-        if reply["status"] != ErrorStatus.NONE:
-            raise HalError(wire.enum_or_int(ErrorStatus, reply["status"]), reply.get("message", ""),
-                           wire.decode_shapes(reply.get("shapes")))
+        raise_for_status(reply)
         return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
 
     def release_memory_resource(self, slot: int) -> None:
@@ -555,7 +564,9 @@ class ServiceDriver(Driver):
         return conn
 
     def _query(self, op: str) -> Any:
-        return self.conn.call(op)[0]["value"]
+        reply, _, fds = self.conn.call(op)
+        wire.close_fds(fds)
+        return reply["value"]
 
     # -- device queries (DRV-1): asked every time, never cached, so instability shows --
     def capabilities(self) -> Capabilities:

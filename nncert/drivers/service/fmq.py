@@ -1,7 +1,8 @@
 """A fast message queue (BURST-3): a single-producer / single-consumer ring buffer in shared
 memory, signalled with eventfds, as the HAL's FMQ carries burst requests and results.
 
-Layout of the shared memory (a memfd, little endian)::
+Layout of the shared memory (a memfd; the machine's native byte order, since both ends
+share the machine)::
 
     0   u64  head: bytes consumed so far (written by the consumer only)
     8   u64  tail: bytes produced so far (written by the producer only)
@@ -10,7 +11,8 @@ Layout of the shared memory (a memfd, little endian)::
     64  ...  data area: messages as u32 length + payload, wrapping around the end
 
 The producer copies a whole message in, then publishes the new tail (one aligned 8-byte
-store, so the consumer never sees a half-written message) and signals the ``data`` eventfd;
+store; x86-64 keeps stores in order, a weakly ordered CPU would need release/acquire
+barriers here, so the consumer never sees a half-written message) and signals the ``data`` eventfd;
 the consumer copies it out, publishes the new head and signals the ``space`` eventfd. A
 waiting side also watches "abort" descriptors (the peer's death, the queue's release), so it
 never blocks past the death of the other end (BURST-4), and gives up at its deadline.

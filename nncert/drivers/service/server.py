@@ -1,8 +1,9 @@
 """The driver service: hosts one driver in this process and serves it over a Unix socket
 (docs/service-protocol.md), the way a HAL service serves the NNAPI runtime.
 
-Run by ``service:<spec>`` (which hands over an already listening socket with ``--fd``), or by
-hand to serve a socket path other processes attach to::
+Run by ``service:<spec>`` (which hands over an already listening socket with ``--fd``; the
+service then exits when that client disconnects), or by hand to serve a socket path that
+clients attach to (``service:@PATH``) until it is killed::
 
     python -m nncert.drivers.service.server --driver reference --socket /tmp/nn.sock
 
@@ -10,7 +11,6 @@ Each connection is a client with its own handles (prepared models, bursts, fence
 callbacks); they are released when the client asks, or all at once when it disconnects
 (DRV-5: a dead client leaks nothing). Each connection has a few threads taking turns to
 read and answer calls, so that several clients and threads are served at once (DRV-4).
-The service exits when its owner (the first client) disconnects.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class BurstWorker:
         self.requests = requests
         self.results = results
         self.slots: dict[int, Memory] = {}
+        #: Slots the hosted burst has seen (it learns a slot at its first execution).
+        self.used: set[int] = set()
         self.stop_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.thread = threading.Thread(target=self._loop, name="nncert-burst", daemon=True)
         self.thread.start()
@@ -58,6 +60,8 @@ class BurstWorker:
                 self.results.write(self._run(message), None, (self.stop_fd,))
         except QueueAborted:
             pass
+        except Exception as e:  # a corrupt ring: say so; the client then times out
+            print(f"nncert service: burst stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         finally:
             self.requests.close()
             self.results.close()
@@ -65,15 +69,16 @@ class BurstWorker:
 
     def _run(self, message: bytes) -> bytes:
         try:
-            d = json.loads(message)
+            d = Body(json.loads(message))
             slots = list(wire.iter_ints(d["slots"], "slots"))
             missing = [s for s in slots if s not in self.slots]
             if missing:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst memory slots {missing} were never sent")
             request = Request(wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"]),
                               [self.slots[s] for s in slots])
-            shapes, timing = self.burst.execute(request, slots, MeasureTiming(d["measure"]), d["deadline"],
-                                                d["loop_timeout"])
+            self.used.update(slots)
+            shapes, timing = self.burst.execute(request, slots, wire.enum_strict(MeasureTiming, d["measure"]),
+                                                d.get("deadline"), d.get("loop_timeout"))
             body = ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
         except Exception as e:
             body = error_body(e)
@@ -161,10 +166,12 @@ class Session:
                 obj.stop()
 
     # -- the loop --
-    def serve(self) -> None:
-        """Serve until the client disconnects. ``WORKERS`` threads take turns reading the
+    def serve(self, on_close: Callable[[], None] | None = None) -> None:
+        """Serve until the client disconnects (then ``on_close`` runs at once, even while
+        calls are stuck in the driver). ``WORKERS`` threads take turns reading the
         socket (leader/follower): the one that reads a call also answers it, while the next
         one reads on, so several calls run at once with no hand-off between threads."""
+        self.on_close = on_close
         workers = [threading.Thread(target=self._work, name="nncert-session", daemon=True)
                    for _ in range(self.WORKERS)]
         for w in workers:
@@ -188,6 +195,8 @@ class Session:
                     message = None
                 if message is None:
                     self.closed = True
+                    if self.on_close is not None:
+                        self.on_close()
                     return
             call_id, body, blob, fds = message
             self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
@@ -250,15 +259,20 @@ class Session:
         return ok({"value": [bool(x) for x in self.driver.supported_operations(model)]}), b"", []
 
     def _caches(self, body: dict, fdr: wire.FdReader) -> tuple[list[int], list[int]]:
+        """The cache files' descriptors (taken last: nothing may fail between taking them and
+        the hosted call, whose ``finally`` closes them)."""
         n_model, n_data = int(body.get("model_cache", 0)), int(body.get("data_cache", 0))
+        if fdr.remaining() != n_model + n_data:
+            raise wire.ProtocolError(f"{n_model} + {n_data} cache files announced, "
+                                     f"{fdr.remaining()} descriptors left")
         return [fdr.take() for _ in range(n_model)], [fdr.take() for _ in range(n_data)]
 
     def op_prepare_model(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         model = wire.decode_model(body["model"], blob, fdr)
-        model_cache, data_cache = self._caches(body, fdr)
         preference = wire.enum_or_int(ExecutionPreference, body["preference"])
         priority = wire.enum_or_int(Priority, body["priority"])
         token = bytes.fromhex(body["token"]) if body.get("token") is not None else None
+        model_cache, data_cache = self._caches(body, fdr)
         try:
             prepared = self.driver.prepare_model(model, preference, priority, body.get("deadline"),
                                                  model_cache, data_cache, token)
@@ -267,10 +281,11 @@ class Session:
         return ok({"handle": self.add(prepared)}), b"", []
 
     def op_prepare_model_from_cache(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        token = bytes.fromhex(body["token"])
         model_cache, data_cache = self._caches(body, fdr)
         try:
             prepared = self.driver.prepare_model_from_cache(body.get("deadline"), model_cache, data_cache,
-                                                            bytes.fromhex(body["token"]))
+                                                            token)
         finally:
             wire.close_fds(model_cache + data_cache)
         return ok({"handle": self.add(prepared)}), b"", []
@@ -279,7 +294,7 @@ class Session:
     def op_execute(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
         request = wire.decode_request(body["request"], fdr)
-        measure = MeasureTiming(body["measure"])
+        measure = wire.enum_strict(MeasureTiming, body["measure"])
         deadline, loop_timeout = body.get("deadline"), body.get("loop_timeout")
         if body.get("mode") == "async":
             result = prepared.execute(request, measure, deadline, loop_timeout).wait(None)
@@ -293,7 +308,7 @@ class Session:
         request = wire.decode_request(body["request"], fdr)
         wait_for = [SyncFence.adopt(fdr.take()) for _ in range(int(body["fences"]))]
         fence, callback = prepared.execute_fenced(
-            request, wait_for, MeasureTiming(body["measure"]), body.get("deadline"),
+            request, wait_for, wire.enum_strict(MeasureTiming, body["measure"]), body.get("deadline"),
             body.get("loop_timeout"), body.get("timeout_after_fence"))
         handle = self.add(FencedEntry(callback, fence))
         return ok({"callback": handle, "fence": fence is not None}), b"", [fence.fd] if fence else []
@@ -301,16 +316,30 @@ class Session:
     def op_fenced_info(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         info = self.get(body["handle"], FencedEntry).callback.get_execution_info()
         return ok({"info": [int(info.status), wire.encode_timing(info.timing_launched),
-                            wire.encode_timing(info.timing_fenced)]}), b"", []
+                            wire.encode_timing(info.timing_fenced)], "message": info.message}), b"", []
 
     # -- bursts (BURST-1..4) --
     def op_burst_configure(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
-        queues = []
-        for _ in range(2):
-            memory = Memory.adopt("ashmem", fdr.take(), int(body["queue_size"]))
-            queues.append(MessageQueue(memory, fdr.take(), fdr.take()))
-        worker = BurstWorker(prepared.configure_execution_burst(), *queues)
+        size = int(body["queue_size"])
+        if fdr.remaining() != 6:
+            raise wire.ProtocolError(f"a burst needs 6 descriptors, {fdr.remaining()} arrived")
+        queues: list[MessageQueue] = []
+        try:
+            for _ in range(2):
+                memory = Memory.adopt("ashmem", fdr.take(), size)
+                data_fd, space_fd = fdr.take(), fdr.take()
+                try:
+                    queues.append(MessageQueue(memory, data_fd, space_fd))
+                except ValueError:
+                    memory.close()
+                    wire.close_fds([data_fd, space_fd])
+                    raise
+            worker = BurstWorker(prepared.configure_execution_burst(), *queues)
+        except BaseException:
+            for queue in queues:
+                queue.close()
+            raise
         return ok({"handle": self.add(worker)}), b"", []
 
     def op_burst_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
@@ -324,39 +353,45 @@ class Session:
     def op_burst_release_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         worker = self.get(body["handle"], BurstWorker)
         slot = int(body["slot"])
-        worker.burst.release_memory_resource(slot)
+        if slot in worker.used or slot not in worker.slots:
+            worker.burst.release_memory_resource(slot)  # the hosted burst judges unknown slots
+            worker.used.discard(slot)
         worker.slots.pop(slot, None)
         return ok(), b"", []
 
 
 class Service:
-    def __init__(self, driver: Driver, listener: socket.socket) -> None:
+    """Accepts clients. With an owner (``service:SPEC``), the first client owns the service:
+    when it disconnects the service exits, so a dead harness leaves no orphan behind."""
+
+    def __init__(self, driver: Driver, listener: socket.socket, owned: bool = True) -> None:
         self.driver = driver
         self.listener = listener
+        self.owned = owned
         self.sessions = 0
+        self._lock = threading.Lock()
 
     def serve(self) -> None:
-        owner = True
+        first = True
         while True:
             sock, _ = self.listener.accept()
             session = Session(self, sock)
-            self.sessions += 1
-            if owner:
-                owner = False
-                threading.Thread(target=self._serve_owner, args=(session,), name="nncert-owner",
-                                 daemon=True).start()
-            else:
-                threading.Thread(target=self._serve_client, args=(session,), name="nncert-client",
-                                 daemon=True).start()
+            with self._lock:
+                self.sessions += 1
+            on_close = self._owner_gone if first and self.owned else None
+            first = False
+            threading.Thread(target=self._serve, args=(session, on_close), name="nncert-client",
+                             daemon=True).start()
 
-    def _serve_client(self, session: Session) -> None:
-        session.serve()
-        self.sessions -= 1
+    def _serve(self, session: Session, on_close: Callable[[], None] | None) -> None:
+        session.serve(on_close)
+        with self._lock:
+            self.sessions -= 1
 
-    def _serve_owner(self, session: Session) -> None:
-        session.serve()
-        # The owner is gone: nobody will restart or stop us, so stop now. os._exit, because
-        # a hosted driver's threads may be stuck in a call that will never return.
+    @staticmethod
+    def _owner_gone() -> None:
+        # Nobody is left to restart or stop us: stop now. os._exit, because a hosted
+        # driver's threads may be stuck in a call that will never return.
         sys.stderr.flush()
         os._exit(0)
 
@@ -391,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     except DriverSpecError as e:
         _refuse(listener, str(e))
         return 2
-    Service(driver, listener).serve()
+    Service(driver, listener, owned=args.fd is not None).serve()
     return 0
 
 

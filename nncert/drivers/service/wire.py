@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
+from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import (
     Capabilities,
@@ -38,7 +39,7 @@ from nncert.hal.model import (
     SymmPerChannelQuantParams,
     Timing,
 )
-from nncert.hal.types import OperandLifeTime, OperandType, OperationType
+from nncert.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 
 PROTOCOL_VERSION = 1
 MAGIC = b"NNSV"
@@ -66,6 +67,14 @@ def enum_or_int(cls: type[E], value: Any) -> E | int:
         return cls(value)
     except ValueError:
         return value
+
+
+def enum_strict(cls: type[E], value: Any) -> E:
+    """The enum member for ``value``; any other value is a protocol error (INVALID_ARGUMENT)."""
+    try:
+        return cls(value)
+    except ValueError:
+        raise ProtocolError(f"{value!r} is not a {cls.__name__} code") from None
 
 
 # -- framing ------------------------------------------------------------------------------
@@ -150,6 +159,9 @@ class FdReader:
         self.fds = list(fds)
         self.next = 0
 
+    def remaining(self) -> int:
+        return len(self.fds) - self.next
+
     def take(self) -> int:
         if self.next >= len(self.fds):
             raise ProtocolError("fewer descriptors than the message body names")
@@ -177,11 +189,15 @@ def decode_pool(desc: Any, fdr: FdReader) -> Memory | int:
         raise ProtocolError(f"pool description {desc!r} is not an object")
     if "token" in desc:
         return int(desc["token"])
-    fd = fdr.take()
     try:
-        return Memory.adopt(str(desc["kind"]), fd, int(desc["size"]), int(desc["offset"]))
-    except (KeyError, TypeError) as e:
+        kind, size, offset = str(desc["kind"]), int(desc["size"]), int(desc["offset"])
+    except (KeyError, TypeError, ValueError) as e:
         raise ProtocolError(f"pool description {desc!r}: {e}") from None
+    try:
+        return Memory.adopt(kind, fdr.take(), size, offset)
+    except (OSError, ValueError, OverflowError) as e:
+        # MEM-3: a pool the driver cannot map fails the call with GENERAL_FAILURE.
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot map {kind} pool of {size} bytes: {e}") from None
 
 
 # -- models ------------------------------------------------------------------------------
@@ -297,6 +313,6 @@ def iter_ints(v: Any, what: str) -> Iterator[int]:
     if not isinstance(v, list):
         raise ProtocolError(f"{what} is not a list")
     for x in v:
-        if not isinstance(x, int):
+        if not isinstance(x, int) or isinstance(x, bool):
             raise ProtocolError(f"{what} holds {x!r}, not an integer")
         yield x
