@@ -117,9 +117,10 @@ class Connection:
 
     # -- calls --
     def call(self, op: str, body: dict | None = None, blob: bytes = b"", fds: Sequence[int] = (),
-             deadline: Deadline = None) -> tuple[dict, bytes, list[int]]:
+             deadline: Deadline = None, keep_fds: bool = False) -> tuple[dict, bytes, list[int]]:
         """Send one call and wait for its reply; raises HalError for an error status and
-        DriverFault when the service dies or misses the call's deadline."""
+        DriverFault when the service dies or misses the call's deadline. Descriptors in the
+        reply are closed unless ``keep_fds`` (then they are the caller's)."""
         self.check()
         message = {"op": op, **(body or {})}
         if self.releases:
@@ -140,6 +141,9 @@ class Connection:
             raise AssertionError("woken without a reply or a fault")
         reply, reply_blob, reply_fds = waiter.reply
         raise_for_status(reply, reply_fds)
+        if not keep_fds:
+            wire.close_fds(reply_fds)
+            reply_fds = []
         return reply, reply_blob, reply_fds
 
     def _await(self, waiter: _Waiter, limit: float) -> None:
@@ -349,7 +353,8 @@ class RemotePreparedModel(PreparedModel):
                 "fences": len(wait_for), "measure": int(measure),
                 "timeout_after_fence": timeout_after_fence, **_deadline_body(deadline, loop_timeout)}
         fds.extend(f.fd for f in wait_for)
-        reply, _, reply_fds = self.conn.call("execute_fenced", body, fds=fds, deadline=deadline)
+        reply, _, reply_fds = self.conn.call("execute_fenced", body, fds=fds, deadline=deadline,
+                                             keep_fds=True)
         fence = SyncFence.adopt(reply_fds.pop(0)) if reply.get("fence") and reply_fds else None
         wire.close_fds(reply_fds)
         return fence, RemoteFencedCallback(self.conn, int(reply["callback"]))
@@ -564,9 +569,7 @@ class ServiceDriver(Driver):
         return conn
 
     def _query(self, op: str) -> Any:
-        reply, _, fds = self.conn.call(op)
-        wire.close_fds(fds)
-        return reply["value"]
+        return self.conn.call(op)[0]["value"]
 
     # -- device queries (DRV-1): asked every time, never cached, so instability shows --
     def capabilities(self) -> Capabilities:

@@ -1,8 +1,8 @@
 """A fast message queue (BURST-3): a single-producer / single-consumer ring buffer in shared
 memory, signalled with eventfds, as the HAL's FMQ carries burst requests and results.
 
-Layout of the shared memory (a memfd; the machine's native byte order, since both ends
-share the machine)::
+Layout of the shared memory (a memfd, little endian; both ends are on one machine, and the
+indexes are read and written natively, so that machine must be little endian)::
 
     0   u64  head: bytes consumed so far (written by the consumer only)
     8   u64  tail: bytes produced so far (written by the producer only)
@@ -48,6 +48,8 @@ class MessageQueue:
     """One direction of a burst: the shared ring plus its two eventfds."""
 
     def __init__(self, memory: Memory, data_fd: int, space_fd: int) -> None:
+        if memory.size < DATA_OFFSET:
+            raise ValueError(f"not a message queue ({memory.size} bytes)")
         view = memory.view()
         capacity, version = struct.unpack_from("<II", view, 16)
         if version != LAYOUT_VERSION or DATA_OFFSET + capacity > memory.size or capacity < 64:

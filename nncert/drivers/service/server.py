@@ -50,6 +50,7 @@ class BurstWorker:
         #: Slots the hosted burst has seen (it learns a slot at its first execution).
         self.used: set[int] = set()
         self.stop_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._stop_lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="nncert-burst", daemon=True)
         self.thread.start()
 
@@ -65,7 +66,9 @@ class BurstWorker:
         finally:
             self.requests.close()
             self.results.close()
-            os.close(self.stop_fd)
+            with self._stop_lock:
+                os.close(self.stop_fd)
+                self.stop_fd = -1
 
     def _run(self, message: bytes) -> bytes:
         try:
@@ -85,7 +88,9 @@ class BurstWorker:
         return json.dumps(body, separators=(",", ":")).encode()
 
     def stop(self) -> None:
-        os.eventfd_write(self.stop_fd, 1)
+        with self._stop_lock:
+            if self.stop_fd >= 0:  # not already stopped on its own
+                os.eventfd_write(self.stop_fd, 1)
 
 
 class FencedEntry:
