@@ -3,6 +3,7 @@ deadlines, bursts over the shared-memory queue, protocol robustness."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -383,3 +384,26 @@ def test_a_burst_slot_sent_but_never_run_can_be_released(service):
     with pytest.raises(HalError) as info:
         burst.release_memory_resource(42)
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
+@pytest.mark.req("DRV-1", "MEM-2", "EXE-1")
+def test_conformance_through_the_service_equals_in_process(tmp_path):
+    """The whole conformance suite gives the very same outcome for every test whether the
+    reference runs in process or hosted as a service."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = {}
+    for spec in ("reference", "service:reference"):
+        report = tmp_path / f"{spec.replace(':', '_')}.json"
+        runs[spec] = (subprocess.Popen(
+            [sys.executable, "-m", "pytest", os.path.join(root, "conformance"), "-q",
+             "-p", "no:cacheprovider", f"--driver={spec}", f"--nncert-report={report}"],
+            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), report)
+    outcomes = {}
+    for spec, (proc, report) in runs.items():
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"{spec}:\n{out[-3000:]}"
+        outcomes[spec] = {n: r["outcome"] for n, r in json.loads(report.read_text())["tests"].items()}
+    local, remote = outcomes["reference"], outcomes["service:reference"]
+    assert local.keys() == remote.keys()
+    differ = [n for n in local if local[n] != remote[n]]
+    assert not differ, f"{len(differ)} tests differ, e.g. {differ[:3]}"
