@@ -1,16 +1,25 @@
 """pytest plugin: ``--driver``, ``--driver-option``, ``--req``, the ``req`` and ``slow``
-markers, the ``driver`` fixture and a JSON outcome record (``--nncert-report``)."""
+markers, the ``driver`` fixture, a JSON outcome record (``--nncert-report``) and the MLTS-2
+outcomes: ``--isolate`` runs each test in a forked child with a deadline, and a test whose
+process or driver crashed or hung is counted as ``crashed`` / ``hung`` (still a failure)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
+from _pytest.runner import runtestprotocol
 
 from nncert.drivers import DriverSpecError, load_driver
-from nncert.drivers.base import Driver
+from nncert.drivers.base import Driver, set_hang_timeout
+from nncert.hal.errors import driver_fault_of
 from nncert.requirements import REQUIREMENTS, matches
+from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
+
+#: Test status categories of the outcomes that are failures of their own kind (MLTS-2).
+_CATEGORIES = {Kind.CRASH: ("crashed", "C", "CRASH"), Kind.HANG: ("hung", "H", "HANG")}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,6 +33,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only tests checking this requirement (ACC-2) or family (ACC); repeatable")
     group.addoption("--nncert-report", metavar="PATH",
                     help="write every test's outcome and requirement IDs as JSON")
+    group.addoption("--isolate", action="store_true",
+                    help="run every test in a forked child process with a deadline: a test that "
+                         "crashes or hangs is reported as CRASH or HANG and the session goes on. "
+                         "Session-scoped fixtures are set up and torn down in each child. With -s, "
+                         "what a test prints is shown only if it crashes or hangs")
+    group.addoption("--hang-timeout", type=float, default=None, metavar="SECONDS",
+                    help="how long a driver call, a returned fence or an execution callback may take "
+                         "before it counts as a HANG (default 30; a hosted driver's timeout= option "
+                         "overrides it for that driver)")
+    group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="with --isolate: kill a test that has not finished after this long, as a "
+                         "HANG (setup and teardown included; default 60)")
 
 
 def _driver_options(config: pytest.Config) -> dict[str, str]:
@@ -39,6 +60,11 @@ def _driver_options(config: pytest.Config) -> dict[str, str]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "req(*ids): the SPEC.md requirement IDs a test checks")
     config.addinivalue_line("markers", "slow: long-running suites, selected with -m slow")
+    hang = config.getoption("hang_timeout")
+    if hang is not None:
+        if not hang > 0:
+            raise pytest.UsageError("--hang-timeout must be a positive number of seconds")
+        set_hang_timeout(hang)
     spec = config.getoption("driver")
     try:
         config.stash[_DRIVER] = load_driver(spec, _driver_options(config))
@@ -47,6 +73,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for selector in config.getoption("req"):
         if not any(matches(r, selector) for r in REQUIREMENTS):
             raise pytest.UsageError(f"--req {selector!r}: no such requirement (see SPEC.md)")
+    if config.getoption("isolate"):
+        if config.getoption("usepdb"):
+            raise pytest.UsageError("--isolate and --pdb do not mix: the test runs in a child without stdin")
+        if not config.getoption("isolate_timeout") > 0:
+            raise pytest.UsageError("--isolate-timeout must be a positive number of seconds")
     config.pluginmanager.register(OutcomeRecorder(config), "nncert-outcomes")
 
 
@@ -93,11 +124,126 @@ def driver(pytestconfig: pytest.Config) -> Driver:
     return pytestconfig.stash[_DRIVER]
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    outcome = yield
-    report = outcome.get_result()
+def _revive_driver(config: pytest.Config) -> None:
+    """A test whose driver died must not doom the next one: start it afresh."""
+    driver = config.stash.get(_DRIVER, None)
+    if driver is not None and not driver.alive():
+        driver.restart()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Under --isolate the parent revives it before each fork: a forked child is no owner of
+    # the driver (a hosted driver reports itself not alive there) and must not restart it.
+    if not item.config.getoption("isolate"):
+        _revive_driver(item.config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
     report.user_properties.append(("req", requirement_ids(item)))
+    # A driver fault surfacing as an API error (even re-raised as pytest.fail) is the
+    # driver's crash or hang, not the test's failure (MLTS-2).
+    if call.excinfo is not None and driver_fault_of(call.excinfo.value) is not None:
+        outcome = classify_exception(call.excinfo.value)
+        report.user_properties.extend(_outcome_properties(outcome))
+        if outcome.stderr_tail:
+            report.sections.append(("driver process stderr", outcome.stderr_tail))
+    return report
+
+
+def _outcome_properties(outcome: Outcome) -> list[tuple[str, str]]:
+    return [("nncert_outcome", str(outcome.kind)), ("nncert_reason", outcome.reason)]
+
+
+def nncert_outcome(report: pytest.TestReport) -> Kind | None:
+    """CRASH or HANG for a failed test whose process or driver died or hung, else None."""
+    if not report.failed:
+        return None
+    kind = dict(getattr(report, "user_properties", ())).get("nncert_outcome")
+    return Kind(kind) if kind in _CATEGORIES else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport,
+                             config: pytest.Config) -> tuple[str, str, tuple[str, dict]] | None:
+    kind = nncert_outcome(report)
+    if kind is None:
+        return None
+    category, letter, word = _CATEGORIES[kind]
+    return category, letter, (word, {"red": True})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """With --isolate: run the test's setup, call and teardown in a forked child, log the
+    reports it sends back, or a failed report saying how it crashed or hung."""
+    config = item.config
+    if not config.getoption("isolate"):
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    try:
+        _revive_driver(config)  # here, so that every child inherits a live driver
+    except Exception as e:
+        outcome = classify_exception(e)
+        outcome.reason = f"the driver could not be restarted: {outcome.reason}"
+    else:
+        outcome = run_isolated(_run_test_in_child, item, timeout=config.getoption("isolate_timeout"))
+    if outcome.kind is Kind.SUCCESS:
+        reports = [config.hook.pytest_report_from_serializable(config=config, data=data)
+                   for data in outcome.value]
+    else:
+        reports = [_lost_test_report(item, outcome)]
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _run_test_in_child(item: pytest.Item) -> list[dict]:
+    """In the child: the whole protocol, tearing down every fixture (nothing outlives it)."""
+    reports = runtestprotocol(item, log=False, nextitem=None)
+    return [item.config.hook.pytest_report_to_serializable(config=item.config, report=report)
+            for report in reports]
+
+
+def _lost_test_report(item: pytest.Item, outcome: Outcome) -> pytest.TestReport:
+    """The failed report of a test whose child crashed, hung, or could not answer."""
+    longrepr = str(outcome)
+    if outcome.stderr_tail.strip():
+        longrepr += f"\n\nLast output of the test's process:\n{outcome.stderr_tail.rstrip()}"
+    properties: list[tuple[str, object]] = [("req", requirement_ids(item))]
+    if outcome.kind in _CATEGORIES:
+        properties += _outcome_properties(outcome)
+    sections = []
+    # The child inherited pytest's capture files (--capture=fd): what the test printed in the
+    # phase that never ended is still there, unread.
+    capman = item.config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        captured = capman.read_global_capture()
+        sections = [(f"Captured {name} call", text[-TAIL_CHARS:])
+                    for name, text in (("stdout", captured.out), ("stderr", captured.err)) if text]
+    stop = time.time()
+    return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
+                             longrepr, "call", sections, duration=outcome.duration,
+                             start=stop - outcome.duration, stop=stop, user_properties=properties)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Crashed and hung tests are not in pytest's "failed" list: show their reports here."""
+    reports = [r for category, _, _ in _CATEGORIES.values() for r in terminalreporter.getreports(category)]
+    if not reports or config.option.tbstyle == "no":
+        return
+    showcapture = config.option.showcapture
+    terminalreporter.write_sep("=", "CRASHES AND HANGS")
+    for report in reports:
+        terminalreporter.write_sep("_", report.head_line or report.nodeid, red=True, bold=True)
+        terminalreporter.write_line(report.longreprtext)
+        for name, content in report.sections:
+            if showcapture != "no" and (showcapture == "all" or showcapture in name):
+                terminalreporter.write_sep("-", name)
+                terminalreporter.write_line(content.rstrip("\n"))
 
 
 class OutcomeRecorder:
@@ -110,10 +256,14 @@ class OutcomeRecorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
-        req = dict(report.user_properties).get("req", [])
+        properties = dict(report.user_properties)
+        req = properties.get("req", [])
         status = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
         reason = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
+        kind = nncert_outcome(report)
+        if kind is not None:
+            status, reason = kind.lower(), properties.get("nncert_reason", "")
+        elif report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2])
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
@@ -128,9 +278,14 @@ class OutcomeRecorder:
         for rec in self.tests.values():
             for rid in rec["req"]:
                 by_req[rid][rec["outcome"]] = by_req[rid].get(rec["outcome"], 0) + 1
+        try:  # the driver may have died in the last test: the record must be written anyway
+            _revive_driver(self.config)
+            version = self.config.stash[_DRIVER].version_string()
+        except Exception as e:  # any failure of the driver, reported as such
+            version = f"unavailable ({classify_exception(e)})"
         Path(path).write_text(json.dumps({
             "driver": self.config.getoption("driver"),
-            "version_string": self.config.stash[_DRIVER].version_string(),
+            "version_string": version,
             "tests": self.tests,
             "requirements": by_req,
         }, indent=1, sort_keys=True))

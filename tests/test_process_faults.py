@@ -1,0 +1,62 @@
+"""Mutants that crash or hang their process: a conformance run against them completes, the
+affected tests are reported as CRASH / HANG, every other test passes, and nothing waits
+past its deadline (MLTS-2, BURST-4, EXE-1). Each fault is run both ways the harness isolates
+a driver: hosted as a service, and in process under ``--isolate``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OP = "LOGICAL_NOT"  # few cases, so that each hang's deadline costs little
+SELECT = f"{OP} or LOGICAL_AND or consecutive"
+
+# (driver, extra arguments, -k selection, expected outcome, name fragment of the affected tests)
+RUNS = [
+    pytest.param(f"service:mutant:crash,op={OP}", [], SELECT, "crash", OP, id="crash-service"),
+    pytest.param(f"mutant:crash,op={OP}", ["--isolate"], SELECT, "crash", OP, id="crash-isolate"),
+    pytest.param(f"service:mutant:hang,op={OP}", ["--driver-option=timeout=2"], SELECT, "hang", OP,
+                 id="hang-service"),
+    pytest.param(f"mutant:hang,op={OP}", ["--isolate", "--isolate-timeout=3"], SELECT, "hang", OP,
+                 id="hang-isolate"),
+    pytest.param("service:mutant:burst_death", [], "burst or LOGICAL_AND", "crash", "burst",
+                 id="burst-death-service"),
+    # Every fenced execution hangs, so every_path (which includes one) is left out.
+    pytest.param("service:mutant:silent_fence", ["--hang-timeout=1"],
+                 "fenced or (LOGICAL_AND and not every_path)", "hang", "fence", id="silent-fence-service"),
+]
+
+
+@pytest.mark.req("MLTS-2", "BURST-4", "EXE-1")
+@pytest.mark.parametrize(("driver", "extra", "select", "outcome", "affected"), RUNS)
+def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, select, outcome, affected):
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_operations.py"),
+         str(ROOT / "conformance" / "test_execution.py"), "-q", "-p", "no:cacheprovider",
+         f"--driver={driver}", f"--nncert-report={report}", "-k", select, *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    tests = json.loads(report.read_text())["tests"]
+    by_outcome: dict[str, list[str]] = {}
+    for nodeid, rec in tests.items():
+        by_outcome.setdefault(rec["outcome"], []).append(nodeid)
+    faulted = by_outcome.get(outcome, [])
+    assert faulted, f"no test reported as {outcome}: {sorted(by_outcome)}"
+    assert all(affected.lower() in n.lower() for n in faulted), \
+        f"{outcome} outside the affected tests: {[n for n in faulted if affected.lower() not in n.lower()]}"
+    assert not by_outcome.get("failed"), f"ordinary failures: {by_outcome['failed'][:5]}"
+    others = [n for n in tests if affected.lower() not in n.lower()]
+    assert others and all(tests[n]["outcome"] in ("passed", "skipped") for n in others)
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert {"crash": "crashed", "hang": "hung"}[outcome] in summary, summary
+    # Every hang costs at most its deadline (plus a restart), never more.
+    assert elapsed < 60 + 6 * len(faulted), f"{elapsed:.0f} s for {len(faulted)} {outcome}es"
