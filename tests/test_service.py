@@ -75,9 +75,9 @@ def test_pools_travel_as_descriptors_not_bytes(service, monkeypatch):
     sizes = []
     real = wire.send_message
 
-    def spy(sock, lock, call_id, body, blob=b"", fds=()):
+    def spy(sock, call_id, body, blob=b"", fds=()):
         sizes.append(len(blob) + len(str(body)))
-        return real(sock, lock, call_id, body, blob, fds)
+        return real(sock, call_id, body, blob, fds)
 
     monkeypatch.setattr(wire, "send_message", spy)
     n = 1 << 20
@@ -102,13 +102,13 @@ def test_dropped_handles_are_released(service):
 def test_a_client_that_disconnects_leaks_nothing(service):
     other = load_driver(service.attach_spec)
     other.prepare_model(_add_model()).configure_execution_burst()
-    assert _stats(service)["sessions"] == 2
+    assert _stats(service)["clients"] == 2
     other.close()
     for _ in range(100):
-        if _stats(service)["sessions"] == 1:
+        if _stats(service)["clients"] == 1:
             break
         time.sleep(0.02)
-    assert _stats(service)["sessions"] == 1
+    assert _stats(service)["clients"] == 1
     model, feeds = _add_model(), _feeds()
     np.testing.assert_array_equal(_run(service.prepare_model(model), model, feeds), feeds[0] + feeds[1])
 
@@ -253,6 +253,7 @@ def test_parallel_executions_from_threads(service):
     for t in threads:
         t.join(60)
     assert not errors, errors[0]
+    assert _stats(service)["connections"] >= 2, "concurrent calls were not given connections of their own"
 
 
 def test_a_forked_child_gets_its_own_connection(service):

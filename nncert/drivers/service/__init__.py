@@ -21,7 +21,6 @@ import collections
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -65,39 +64,28 @@ DEADLINE_GRACE_S = 1.0
 STDERR_TAIL = 2000
 
 
-class _Waiter:
-    __slots__ = ("event", "op", "reply")
-
-    def __init__(self, op: str) -> None:
-        self.op = op
-        self.event = threading.Event()
-        self.reply: tuple[dict, bytes, list[int]] | None = None
-
-
 class Connection:
-    """One client connection to a service: calls matched to replies by id, and the service's
+    """This process's client of a service: one socket per call in flight, and the service's
     fate (alive, crashed, hung) shared by every proxy made through it.
 
-    There is no reader thread: a waiting caller reads the socket itself while it holds the
-    read lock, handing replies that belong to other callers to them (leader/follower), so a
-    call costs no thread switch on this side."""
+    A call takes an idle socket (or opens one more, which joins this client with ``hello``),
+    sends, and reads its reply from that socket itself: one call per socket, so replies need
+    no matching and no thread hands them over; concurrent calls from several threads run
+    on several sockets, and so at once in the service (DRV-4)."""
 
-    #: How often a caller waiting for another caller's read gets a chance to lead (seconds).
-    FOLLOW_POLL_S = 0.002
-
-    def __init__(self, sock: socket.socket, process: subprocess.Popen | None, stderr_path: str | None,
-                 label: str, timeout: float | None = None) -> None:
-        self.sock = sock
+    def __init__(self, address: str, sock: socket.socket, process: subprocess.Popen | None,
+                 stderr_path: str | None, label: str, timeout: float | None = None) -> None:
+        self.address = address
         self.timeout = timeout
         self.process = process
         self.stderr_path = stderr_path
         self.label = label
         self.owner_pid = os.getpid()
-        self.send_lock = threading.Lock()
-        self.read_lock = threading.Lock()
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.pending: dict[int, _Waiter] = {}
+        self.idle: list[socket.socket] = [sock]
+        self.sockets: list[socket.socket] = [sock]
+        self.client: tuple[int, str] | None = None
         self.releases: collections.deque[int] = collections.deque()
         self.fault: DriverFault | None = None
         self.service_pid: int | None = None
@@ -105,6 +93,13 @@ class Connection:
         self.death_fd: int | None = None
         if process is not None:
             self.watch(process.pid)
+
+    def hello(self) -> dict:
+        """Become a client of the service (the first call of the first socket)."""
+        reply, _, _ = self.call("hello", {"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+        self.client = (int(reply["client"]), str(reply["key"]))
+        self.watch(int(reply["pid"]))
+        return reply
 
     def watch(self, pid: int) -> None:
         """Know the service's process: its pid (to kill it on a hang) and a pidfd (its end)."""
@@ -115,6 +110,26 @@ class Connection:
             except OSError:
                 self.death_fd = None
 
+    def _take_socket(self) -> socket.socket:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+        if self.client is None:
+            raise AssertionError("a second socket before hello")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.address)
+        except OSError:
+            sock.close()
+            self.died("connect")
+            raise self.error() from None
+        with self.lock:
+            self.sockets.append(sock)
+        number, key = self.client
+        self._exchange(sock, "join", {"op": "hello", "protocol": wire.PROTOCOL_VERSION, "join": number,
+                                      "key": key}, b"", (), self.limit(None))
+        return sock
+
     # -- calls --
     def call(self, op: str, body: dict | None = None, blob: bytes = b"", fds: Sequence[int] = (),
              deadline: Deadline = None, keep_fds: bool = False) -> tuple[dict, bytes, list[int]]:
@@ -123,70 +138,39 @@ class Connection:
         reply are closed unless ``keep_fds`` (then they are the caller's)."""
         self.check()
         message = {"op": op, **(body or {})}
+        sock = self._take_socket()
         if self.releases:
             message["release"] = self._drain_releases()
-        waiter = _Waiter(op)
-        call_id = next(self.ids)
+        reply, reply_blob, reply_fds = self._exchange(sock, op, message, blob, fds, self.limit(deadline))
         with self.lock:
-            self.pending[call_id] = waiter
-        try:
-            wire.send_message(self.sock, self.send_lock, call_id, message, blob, fds)
-        except OSError:
-            self.died(op)
-        self._await(waiter, self.limit(deadline))
-        with self.lock:
-            self.pending.pop(call_id, None)
-        if waiter.reply is None:
-            self.check()
-            raise AssertionError("woken without a reply or a fault")
-        reply, reply_blob, reply_fds = waiter.reply
+            self.idle.append(sock)
         raise_for_status(reply, reply_fds)
         if not keep_fds:
             wire.close_fds(reply_fds)
             reply_fds = []
         return reply, reply_blob, reply_fds
 
-    def _await(self, waiter: _Waiter, limit: float) -> None:
-        give_up = time.monotonic() + limit
-        while not waiter.event.is_set():
-            remaining = give_up - time.monotonic()
-            if remaining <= 0:
-                self.hang(waiter.op, limit)
-            if self.read_lock.acquire(blocking=False):
-                try:
-                    self._lead(waiter, give_up)
-                finally:
-                    self.read_lock.release()
-            else:
-                waiter.event.wait(min(remaining, self.FOLLOW_POLL_S))
-        self.check()
-
-    def _lead(self, waiter: _Waiter, give_up: float) -> None:
-        """Read replies until ours arrives or the time is up, delivering the others'."""
-        while not waiter.event.is_set():
-            remaining = give_up - time.monotonic()
-            if remaining <= 0:
-                return
-            ready, _, _ = select.select([self.sock], [], [], remaining)
-            if not ready:
-                continue
-            try:
-                message = wire.recv_message(self.sock)
-            except (OSError, wire.ProtocolError):
-                message = None
-            if message is None:
-                with self.lock:
-                    ops = sorted({w.op for w in self.pending.values()})
-                self.died(", ".join(ops) or "no call")
-                return
-            call_id, body, blob, fds = message
-            with self.lock:
-                other = self.pending.get(call_id)
-            if other is None:
-                wire.close_fds(fds)
-                continue
-            other.reply = (body, blob, fds)
-            other.event.set()
+    def _exchange(self, sock: socket.socket, op: str, message: dict, blob: bytes, fds: Sequence[int],
+                  limit: float) -> tuple[dict, bytes, list[int]]:
+        """One call on one socket: send, then read the reply within ``limit`` seconds."""
+        call_id = next(self.ids)
+        try:
+            sock.settimeout(limit)
+            wire.send_message(sock, call_id, message, blob, fds)
+            got = wire.recv_message(sock)
+        except TimeoutError:
+            self.hang(op, limit)
+        except (OSError, wire.ProtocolError):
+            got = None
+        if got is None:
+            self.died(op)
+            raise self.error()
+        if got[0] != call_id:
+            wire.close_fds(got[3])
+            self._fail(DriverFault("CRASH", f"the service answered call {got[0]} to call {call_id}"))
+            self.kill()
+            raise self.error()
+        return got[1], got[2], got[3]
 
     def limit(self, deadline: Deadline) -> float:
         """Seconds this call may take: the hang timeout, or less when a HAL deadline is near."""
@@ -263,13 +247,12 @@ class Connection:
             if self.fault is not None:
                 return
             self.fault = fault
-            waiters = list(self.pending.values())
-        for w in waiters:
-            w.event.set()
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            sockets = list(self.sockets)
+        for sock in sockets:  # wakes every call still waiting on one
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def stderr_tail(self) -> str:
         if not self.stderr_path:
@@ -284,7 +267,8 @@ class Connection:
     def close(self) -> None:
         if self.fault is None:
             self._fail(DriverFault("CRASH", "the connection was closed by the client"))
-        self.sock.close()
+        for sock in self.sockets:
+            sock.close()
         if self.death_fd is not None:
             os.close(self.death_fd)
             self.death_fd = None
@@ -483,16 +467,15 @@ class ServiceDriver(Driver):
             except OSError as e:
                 sock.close()
                 raise DriverSpecError(f"no driver service at {self._attach}: {e.strerror}") from None
-            self._conn = Connection(sock, None, None, self.name, self.timeout)
+            self._conn = Connection(self._attach, sock, None, None, self.name, self.timeout)
         else:
             self._spawn()
         try:
-            reply, _, _ = self._conn.call("hello", {"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+            reply = self._conn.hello()
         except HalError as e:
             self._stop()
             raise DriverSpecError(e.message if not isinstance(e, DriverFault) else
                                   f"{self.name} did not start: {e.message}") from None
-        self._conn.watch(int(reply["pid"]))
         self.feature_level = Version(reply["feature_level"])
         self.device_type = DeviceType(reply["device_type"])
         self.hosted_name = str(reply["driver"])
@@ -516,7 +499,7 @@ class ServiceDriver(Driver):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)  # queued in the backlog until the service accepts
         listener.close()
-        self._conn = Connection(sock, process, stderr_path, self.name, self.timeout)
+        self._conn = Connection(path, sock, process, stderr_path, self.name, self.timeout)
 
     def _stop(self) -> None:
         conn, self._conn = self._conn, None

@@ -7,10 +7,10 @@ clients attach to (``service:@PATH``) until it is killed::
 
     python -m nncert.drivers.service.server --driver reference --socket /tmp/nn.sock
 
-Each connection is a client with its own handles (prepared models, bursts, fenced
-callbacks); they are released when the client asks, or all at once when it disconnects
-(DRV-5: a dead client leaks nothing). Each connection has a few threads taking turns to
-read and answer calls, so that several clients and threads are served at once (DRV-4).
+Each client owns its handles (prepared models, bursts, fenced callbacks); they are
+released when the client asks, or all at once when its last connection closes (DRV-5: a
+dead client leaks nothing). A client has one connection per call in flight, each served
+by a thread of its own, so several clients and threads are served at once (DRV-4).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import itertools
 import json
 import os
+import secrets
 import socket
 import sys
 import threading
@@ -126,24 +127,24 @@ def error_body(e: BaseException) -> dict:
             "shapes": []}
 
 
-class Session:
-    """One client connection and the handles it owns."""
+class Client:
+    """One client of the service: the handles it owns, shared by all its connections.
 
-    #: Calls one client may have in progress at once.
-    WORKERS = 16
+    A client opens one connection per call it has in flight (the first at ``hello``, more
+    with ``hello`` + ``join`` when its threads call at once), so that each connection is
+    served by one thread that reads a call, answers it and reads the next: no hand-off
+    between threads, and concurrent calls really run at once (DRV-4)."""
 
-    def __init__(self, service: Service, sock: socket.socket) -> None:
+    def __init__(self, service: Service, number: int, owner: bool) -> None:
         self.service = service
-        self.driver = service.driver
-        self.sock = sock
-        self.send_lock = threading.Lock()
+        self.number = number
+        self.key = secrets.token_hex(16)  # joining needs it: no client reaches another's (VAL-2)
+        self.owner = owner
+        self.connections = 0
         self.handles: dict[int, Any] = {}
         self.counter = itertools.count(1)
         self.lock = threading.Lock()
-        self.read_lock = threading.Lock()
-        self.closed = False
 
-    # -- handles (DRV-5) --
     def add(self, obj: Any) -> int:
         with self.lock:
             handle = next(self.counter)
@@ -164,54 +165,60 @@ class Session:
                 obj.stop()
 
     def release_all(self) -> None:
+        """DRV-5: a client that is gone leaves nothing behind."""
         with self.lock:
             objects, self.handles = list(self.handles.values()), {}
         for obj in objects:
             if isinstance(obj, BurstWorker):
                 obj.stop()
 
-    # -- the loop --
-    def serve(self, on_close: Callable[[], None] | None = None) -> None:
-        """Serve until the client disconnects (then ``on_close`` runs at once, even while
-        calls are stuck in the driver). ``WORKERS`` threads take turns reading the
-        socket (leader/follower): the one that reads a call also answers it, while the next
-        one reads on, so several calls run at once with no hand-off between threads."""
-        self.on_close = on_close
-        workers = [threading.Thread(target=self._work, name="nncert-session", daemon=True)
-                   for _ in range(self.WORKERS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        self.release_all()
-        self.sock.close()
 
-    def _work(self) -> None:
-        while not self.closed:
-            with self.read_lock:
-                if self.closed:
-                    return
+class Session:
+    """One connection: reads a call, answers it, reads the next (one call in flight)."""
+
+    def __init__(self, service: Service, sock: socket.socket) -> None:
+        self.service = service
+        self.driver = service.driver
+        self.sock = sock
+        self.client: Client | None = None
+
+    @property
+    def owner(self) -> Client:
+        if self.client is None:
+            raise wire.ProtocolError("the first call on a connection must be hello")
+        return self.client
+
+    def add(self, obj: Any) -> int:
+        return self.owner.add(obj)
+
+    def get(self, handle: Any, kind: type) -> Any:
+        return self.owner.get(handle, kind)
+
+    def serve(self) -> None:
+        try:
+            while True:
                 try:
                     message = wire.recv_message(self.sock)
                 except wire.ProtocolError as e:
-                    print(f"nncert service: dropping a client: {e}", file=sys.stderr)
-                    message = None
+                    print(f"nncert service: dropping a connection: {e}", file=sys.stderr)
+                    break
                 except OSError:
-                    message = None
+                    break
                 if message is None:
-                    self.closed = True
-                    if self.on_close is not None:
-                        self.on_close()
-                    return
-            call_id, body, blob, fds = message
-            self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
+                    break
+                call_id, body, blob, fds = message
+                self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
+        finally:
+            self.sock.close()
+            if self.client is not None:
+                self.service.detach(self.client)
 
     def dispatch(self, call_id: int, op: Any, body: dict, blob: bytes, fds: list[int]) -> None:
         fdr = wire.FdReader(fds)
         out_fds: list[int] = []
         try:
             if "release" in body:
-                self.release(body["release"])
+                self.owner.release(body["release"])
             handler: Callable[..., Reply] | None = getattr(self, f"op_{op}", None) if isinstance(op, str) \
                 else None
             if handler is None:
@@ -224,16 +231,24 @@ class Session:
         if body.get("noreply"):
             return
         try:
-            wire.send_message(self.sock, self.send_lock, call_id, reply, reply_blob, out_fds)
+            wire.send_message(self.sock, call_id, reply, reply_blob, out_fds)
         except OSError:
             pass  # the client is gone; serve() notices and cleans up
 
-    # -- device queries (DRV-1) --
+    # -- connection --
     def op_hello(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        if self.client is not None:
+            raise wire.ProtocolError("hello twice on one connection")
+        if body.get("protocol") != wire.PROTOCOL_VERSION:
+            raise wire.ProtocolError(f"client speaks protocol {body.get('protocol')!r}, "
+                                     f"this service {wire.PROTOCOL_VERSION}")
+        self.client = self.service.attach(body.get("join"), body.get("key"))
         d = self.driver
         return ok({"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "driver": d.name,
+                   "client": self.client.number, "key": self.client.key,
                    "feature_level": int(d.feature_level), "device_type": int(d.type())}), b"", []
 
+    # -- device queries (DRV-1) --
     def op_capabilities(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         return ok({"value": wire.encode_capabilities(self.driver.capabilities())}), b"", []
 
@@ -254,9 +269,11 @@ class Session:
 
     def op_stats(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         """What this client holds and how many clients there are (DRV-5 checks)."""
-        with self.lock:
-            kinds = [type(h).__name__ for h in self.handles.values()]
-        return ok({"handles": len(kinds), "kinds": sorted(kinds), "sessions": self.service.sessions}), b"", []
+        client = self.owner
+        with client.lock:
+            kinds = sorted(type(h).__name__ for h in client.handles.values())
+        return ok({"handles": len(kinds), "kinds": kinds, "connections": client.connections,
+                   "clients": len(self.service.clients)}), b"", []
 
     # -- compilation --
     def op_supported_operations(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
@@ -366,39 +383,49 @@ class Session:
 
 
 class Service:
-    """Accepts clients. With an owner (``service:SPEC``), the first client owns the service:
-    when it disconnects the service exits, so a dead harness leaves no orphan behind."""
+    """Accepts connections, one thread each. With an owner (``service:SPEC``), the first
+    client owns the service: when its last connection closes the service exits, so a dead
+    harness leaves no orphan behind."""
 
     def __init__(self, driver: Driver, listener: socket.socket, owned: bool = True) -> None:
         self.driver = driver
         self.listener = listener
         self.owned = owned
-        self.sessions = 0
-        self._lock = threading.Lock()
+        self.clients: dict[int, Client] = {}
+        self.numbers = itertools.count(1)
+        self.lock = threading.Lock()
 
     def serve(self) -> None:
-        first = True
         while True:
             sock, _ = self.listener.accept()
-            session = Session(self, sock)
-            with self._lock:
-                self.sessions += 1
-            on_close = self._owner_gone if first and self.owned else None
-            first = False
-            threading.Thread(target=self._serve, args=(session, on_close), name="nncert-client",
-                             daemon=True).start()
+            threading.Thread(target=Session(self, sock).serve, name="nncert-connection", daemon=True).start()
 
-    def _serve(self, session: Session, on_close: Callable[[], None] | None) -> None:
-        session.serve(on_close)
-        with self._lock:
-            self.sessions -= 1
+    def attach(self, join: Any, key: Any) -> Client:
+        """A new client, or (``join``) one more connection of an existing one."""
+        with self.lock:
+            if join is None:
+                number = next(self.numbers)
+                client = self.clients[number] = Client(self, number, self.owned and number == 1)
+            else:
+                client = self.clients.get(join)
+                if client is None or not isinstance(key, str) or not secrets.compare_digest(key, client.key):
+                    raise wire.ProtocolError(f"no client {join!r} to join (or a wrong key)")
+            client.connections += 1
+        return client
 
-    @staticmethod
-    def _owner_gone() -> None:
-        # Nobody is left to restart or stop us: stop now. os._exit, because a hosted
-        # driver's threads may be stuck in a call that will never return.
-        sys.stderr.flush()
-        os._exit(0)
+    def detach(self, client: Client) -> None:
+        with self.lock:
+            client.connections -= 1
+            gone = client.connections == 0
+            if gone:
+                del self.clients[client.number]
+        if gone:
+            client.release_all()
+            if client.owner:
+                # Nobody is left to restart or stop us: stop now. os._exit, because a hosted
+                # driver's threads may be stuck in a call that will never return.
+                sys.stderr.flush()
+                os._exit(0)
 
 
 def _refuse(listener: socket.socket, message: str) -> None:
@@ -408,7 +435,7 @@ def _refuse(listener: socket.socket, message: str) -> None:
     if got is not None:
         wire.close_fds(got[3])
         body = {"status": int(ErrorStatus.GENERAL_FAILURE), "message": message, "spec_error": True}
-        wire.send_message(sock, threading.Lock(), got[0], body)
+        wire.send_message(sock, got[0], body)
     sock.close()
 
 

@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import struct
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -79,19 +78,18 @@ def enum_strict(cls: type[E], value: Any) -> E:
 
 # -- framing ------------------------------------------------------------------------------
 
-def send_message(sock: socket.socket, lock: threading.Lock, call_id: int, body: dict,
-                 blob: bytes | memoryview = b"", fds: Sequence[int] = ()) -> None:
-    """Send one message atomically with respect to other senders holding ``lock``."""
+def send_message(sock: socket.socket, call_id: int, body: dict, blob: bytes | memoryview = b"",
+                 fds: Sequence[int] = ()) -> None:
+    """Send one message (a connection carries one call at a time: no lock is needed)."""
     if len(fds) > MAX_FDS:
         raise ProtocolError(f"{len(fds)} descriptors in one message (at most {MAX_FDS})")
     text = json.dumps(body, separators=(",", ":")).encode()
     data = b"".join((HEADER.pack(MAGIC, PROTOCOL_VERSION, len(fds), call_id, len(text), len(blob)),
                      text, blob))
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    with lock:
-        sent = sock.sendmsg([data], ancillary)
-        if sent < len(data):
-            sock.sendall(memoryview(data)[sent:])
+    sent = sock.sendmsg([data], ancillary)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
 
 
 def _recv_exact(sock: socket.socket, buf: memoryview) -> bool:
