@@ -1,4 +1,5 @@
-"""The ``nncert`` command line: ``ops`` and ``drivers`` (more subcommands land with their suites).
+"""The ``nncert`` command line: ``ops``, ``drivers`` and ``mlts stress`` (more subcommands
+land with their suites).
 
 Bad input (an unknown driver, a malformed option) gives a one-line error and exit status 2,
 never a traceback.
@@ -10,8 +11,20 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from nncert import __version__
+
+
+class UsageError(Exception):
+    """Bad command-line input found after parsing: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line like every other usage error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"nncert: error: {self.prog.removeprefix('nncert ')}: {message}\n")
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
@@ -63,9 +76,70 @@ def _cmd_drivers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_mlts_stress(args: argparse.Namespace) -> int:
+    from nncert.drivers import load_driver
+    from nncert.mlts.stress import MODES, SUMMARY_COLUMNS, Journal, StressConfig, run_suite
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else list(MODES)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise UsageError(f"--modes: unknown mode {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(MODES)}")
+    try:
+        config = StressConfig(args.duration, args.threads, args.processes, args.seed, args.margin,
+                              args.max_slowdown)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        journal = Journal(Path(args.out))
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
+    driver = load_driver(args.driver)
+    try:
+        summary = run_suite(driver, args.driver, modes, config, journal,
+                            lambda line: print(line, file=sys.stderr, flush=True))
+    finally:
+        driver.close()
+    table = summary[[c for c in SUMMARY_COLUMNS if c in summary.columns]].copy()
+    table["reason"] = table["reason"].str.slice(0, 80)
+    print(table.to_string(index=False))
+    print(f"journal: {journal.path}; summary: {journal.out_dir / 'summary.csv'}, "
+          f"{journal.out_dir / 'summary.json'}")
+    return 0 if (summary["kind"] == "SUCCESS").all() else 1
+
+
+def _add_mlts(sub: argparse._SubParsersAction) -> None:
+    from nncert.mlts.stress import MODES
+
+    mlts = sub.add_parser("mlts", help="the ML test suite: stress and crash tests (MLTS-2)")
+    suites = mlts.add_subparsers(dest="suite", required=True)
+    p = suites.add_parser("stress", help="run the stress / crash modes against a driver, each case "
+                          "isolated and classified SUCCESS / FAILURE / HANG / CRASH",
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="modes:\n" + "\n".join(f"  {m.name:<24} {m.doc}" for m in MODES.values()))
+    p.add_argument("--driver", default="reference", metavar="SPEC",
+                   help="driver under test (default: reference)")
+    p.add_argument("--duration", type=float, default=10.0, metavar="SECONDS",
+                   help="work per case (default: 10)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where journal.jsonl, summary.csv and summary.json go")
+    p.add_argument("--modes", metavar="A,B", help=f"comma-separated subset of: {', '.join(MODES)}")
+    p.add_argument("--threads", type=int, default=4, metavar="N",
+                   help="threads of parallel_threads (default: 4)")
+    p.add_argument("--processes", type=int, default=3, metavar="N",
+                   help="client processes at once in the multi-process modes (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="seeds models, inputs and random choices (default: 0)")
+    p.add_argument("--margin", type=float, default=20.0, metavar="SECONDS",
+                   help="how long past its duration a case may go before it is a HANG (default: 20)")
+    p.add_argument("--max-slowdown", type=float, default=1.5, metavar="RATIO",
+                   help="performance_degradation: the most the median latency may grow beside a "
+                        "compilation (default: 1.5)")
+    p.set_defaults(func=_cmd_mlts_stress)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nncert", description="Conformance, fuzz and accuracy "
-                                     "testing for neural-network accelerator drivers.")
+    parser = _Parser(prog="nncert", description="Conformance, fuzz and accuracy "
+                     "testing for neural-network accelerator drivers.")
     parser.add_argument("--version", action="version", version=f"nncert {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ops", help="list the operation catalogue")
@@ -74,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("drivers", help="list the drivers that can be plugged in")
     p.add_argument("--check", metavar="SPEC", help="also load this driver spec and report it")
     p.set_defaults(func=_cmd_drivers)
+    _add_mlts(sub)
     return parser
 
 
@@ -83,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except DriverSpecError as e:
+    except (DriverSpecError, UsageError) as e:
         print(f"nncert: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from nncert.hal.model import Model
 from nncert.hal.types import OperandType
 
 T = OperandType
@@ -90,6 +92,18 @@ def compare(expected: np.ndarray, actual: np.ndarray, type_: OperandType, relaxe
     first = tuple(int(i) for i in np.argwhere(bad)[0])
     return Mismatch(output, int(bad.sum()), int(bad.size), first, expected[first].item(),
                     actual[first].item(), tol)
+
+
+def output_mismatches(model: Model, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray],
+                      relaxed: bool = False) -> list[Mismatch]:
+    """Every output of ``model`` outside the tolerance of its operand type, in output order."""
+    found = []
+    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        operand = model.main.operands[model.main.output_indexes[i]]
+        mismatch = compare(e, a, operand.type, relaxed, output=i)
+        if mismatch:
+            found.append(mismatch)
+    return found
 
 
 # ---------------------------------------------------------------------------------------

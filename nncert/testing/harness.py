@@ -14,7 +14,7 @@ from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, MeasureTiming
 from nncert.testing.cases import OpCase
-from nncert.testing.criteria import compare
+from nncert.testing.criteria import output_mismatches
 
 #: The execution paths of EXE-1 and BURST-1.
 PATHS = ("sync", "async", "fenced", "burst")
@@ -75,14 +75,9 @@ def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:
 
 def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], model: Model,
                   relaxed: bool = False) -> None:
-    problems = []
-    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-        operand = model.main.operands[model.main.output_indexes[i]]
-        mismatch = compare(e, a, operand.type, relaxed, output=i)
-        if mismatch:
-            problems.append(str(mismatch))
+    problems = output_mismatches(model, expected, actual, relaxed)
     if problems:
-        pytest.fail("; ".join(problems))
+        pytest.fail("; ".join(str(m) for m in problems))
 
 
 def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",

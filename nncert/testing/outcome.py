@@ -60,7 +60,7 @@ class Outcome:
     def __str__(self) -> str:
         head = str(self.kind)
         if self.signal is not None:
-            head += f" ({_signal_name(self.signal)})"
+            head += f" ({signal_name(self.signal)})"
         return f"{head}: {self.reason}" if self.reason else head
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,11 +71,12 @@ class Outcome:
             value = repr(self.value)
         return {"kind": str(self.kind), "reason": self.reason, "value": value,
                 "exit_code": self.exit_code, "signal": self.signal,
-                "signal_name": None if self.signal is None else _signal_name(self.signal),
+                "signal_name": None if self.signal is None else signal_name(self.signal),
                 "stderr_tail": self.stderr_tail, "duration": self.duration}
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
+    """SIGABRT for 6; a plain number for a signal Python does not name."""
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -270,7 +271,7 @@ def _classify(data: bytes, status: int | None) -> Outcome:
     """The outcome of a child that exited: its answer, else how it died."""
     if status is not None and os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
-        return Outcome(Kind.CRASH, f"killed by {_signal_name(signum)}", signal=signum)
+        return Outcome(Kind.CRASH, f"killed by {signal_name(signum)}", signal=signum)
     code = None if status is None else os.waitstatus_to_exitcode(status)
     if not data or code not in (0, None):  # it sends its answer whole, and only then exits with 0
         if code is None:
