@@ -66,8 +66,9 @@ def _cmd_drivers(args: argparse.Namespace) -> int:
         print(f"{name:<14} {desc}")
         if name == "mutant":
             for m, info in MUTANTS.items():
-                doc = (info.cls.__doc__ or "").strip().splitlines()[0]
-                print(f"  mutant:{m:<22} breaks {info.breaks}: {doc}")
+                doc = (info.cls.__doc__ or "").strip().splitlines()[0].replace("``", "")
+                ends = "" if info.outcome == "FAILURE" else f" [{info.outcome}: run it isolated]"
+                print(f"  mutant:{m:<22} breaks {info.breaks}: {doc}{ends}")
     if args.check:
         from nncert.drivers import load_driver
         driver = load_driver(args.check)
