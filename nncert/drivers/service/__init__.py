@@ -382,6 +382,8 @@ class RemoteBurst(Burst):
     ``release_memory_resource`` (BURST-2)."""
 
     QUEUE_CAPACITY = 1 << 16
+    #: Seconds a result is polled for before sleeping (MessageQueue.read).
+    POLL_S = 0.0005
 
     def __init__(self, prepared: RemotePreparedModel) -> None:
         self.prepared = prepared
@@ -414,7 +416,7 @@ class RemoteBurst(Burst):
             abort = () if self.conn.death_fd is None else (self.conn.death_fd,)
             try:
                 self.requests.write(json.dumps(message, separators=(",", ":")).encode(), give_up, abort)
-                reply = json.loads(self.results.read(give_up, abort))
+                reply = json.loads(self.results.read(give_up, abort, self.POLL_S))
             except QueueAborted:  # the service process ended (BURST-4)
                 self.conn.died("burst execution")
                 raise self.conn.error() from None

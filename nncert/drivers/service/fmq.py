@@ -32,6 +32,23 @@ LAYOUT_VERSION = 1
 _LEN = struct.Struct("<I")
 
 
+_load = {"checked": -1.0, "idle": False}
+
+
+def _idle_core(now: float) -> bool:
+    """Whether the machine has a core to spare: no more runnable tasks than cores right now
+    (the fourth field of /proc/loadavg, read at most every 0.1 s)."""
+    if now - _load["checked"] > 0.1:
+        _load["checked"] = now
+        try:
+            with open("/proc/loadavg") as f:
+                runnable = int(f.read().split()[3].partition("/")[0])
+        except (OSError, ValueError, IndexError):
+            runnable = 1 << 30
+        _load["idle"] = runnable <= (os.cpu_count() or 1)  # this side and its peer may run
+    return bool(_load["idle"])
+
+
 class QueueAborted(Exception):  # noqa: N818 - an event, not a bug
     """One of the abort descriptors became readable while waiting."""
 
@@ -61,6 +78,7 @@ class MessageQueue:
         self._data = view[DATA_OFFSET:DATA_OFFSET + capacity]
         self.data_fd = data_fd
         self.space_fd = space_fd
+        self._latency = 0.0  # moving average of how long read() waited for a message
 
     @classmethod
     def create(cls, capacity: int = 1 << 16) -> MessageQueue:
@@ -97,13 +115,25 @@ class MessageQueue:
             self._data[:len(data) - first] = data[first:]
 
     # -- consumer --
-    def read(self, deadline: float | None = None, abort: tuple[int, ...] = ()) -> bytes:
-        """Take the next message; waits for one until ``deadline`` (time.monotonic())."""
+    def read(self, deadline: float | None = None, abort: tuple[int, ...] = (), spin: float = 0.0) -> bytes:
+        """Take the next message; waits for one until ``deadline`` (time.monotonic()).
+
+        Up to ``spin`` seconds the ring is polled before sleeping on the eventfd: a burst
+        expects its answer (or its next request) within microseconds, and waking a sleeping
+        process costs tens to hundreds of them. Polling only pays while messages do come
+        within the window, and only while a core is idle: on a busy machine polling would steal
+        the core the other side needs."""
+        start = time.monotonic()
+        spin_until = start + spin if spin and self._latency < spin and _idle_core(start) else 0.0
         while True:
             head, tail = self._index[0], self._index[1]
             if tail - head >= _LEN.size:
                 break
+            if spin_until and time.monotonic() < spin_until:
+                os.sched_yield()
+                continue
             self._wait(self.data_fd, deadline, abort)
+        self._latency += 0.2 * (time.monotonic() - start - self._latency)
         (length,) = _LEN.unpack(self._copy_out(head, _LEN.size))
         if length > tail - head - _LEN.size:
             raise ValueError(f"corrupt queue: message of {length} bytes, {tail - head} available")
