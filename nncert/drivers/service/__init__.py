@@ -47,6 +47,7 @@ from nncert.drivers.base import (
 )
 from nncert.drivers.service import wire
 from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
+from nncert.drivers.service.spin import poll_readable
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing
@@ -72,6 +73,9 @@ class Connection:
     sends, and reads its reply from that socket itself: one call per socket, so replies need
     no matching and no thread hands them over; concurrent calls from several threads run
     on several sockets, and so at once in the service (DRV-4)."""
+
+    #: Seconds a reply is polled for before sleeping (spin.py).
+    POLL_S = 0.0005
 
     def __init__(self, address: str, sock: socket.socket, process: subprocess.Popen | None,
                  stderr_path: str | None, label: str, timeout: float | None = None) -> None:
@@ -157,6 +161,7 @@ class Connection:
         try:
             sock.settimeout(limit)
             wire.send_message(sock, call_id, message, blob, fds)
+            poll_readable(sock.fileno(), self.POLL_S)
             got = wire.recv_message(sock)
         except TimeoutError:
             self.hang(op, limit)

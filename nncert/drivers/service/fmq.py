@@ -25,28 +25,12 @@ import select
 import struct
 import time
 
+from nncert.drivers.service.spin import idle_core
 from nncert.hal.memory import Memory
 
 DATA_OFFSET = 64
 LAYOUT_VERSION = 1
 _LEN = struct.Struct("<I")
-
-
-_load = {"checked": -1.0, "idle": False}
-
-
-def _idle_core(now: float) -> bool:
-    """Whether the machine has a core to spare: no more runnable tasks than cores right now
-    (the fourth field of /proc/loadavg, read at most every 0.1 s)."""
-    if now - _load["checked"] > 0.1:
-        _load["checked"] = now
-        try:
-            with open("/proc/loadavg") as f:
-                runnable = int(f.read().split()[3].partition("/")[0])
-        except (OSError, ValueError, IndexError):
-            runnable = 1 << 30
-        _load["idle"] = runnable <= (os.cpu_count() or 1)  # this side and its peer may run
-    return bool(_load["idle"])
 
 
 class QueueAborted(Exception):  # noqa: N818 - an event, not a bug
@@ -124,7 +108,7 @@ class MessageQueue:
         within the window, and only while a core is idle: on a busy machine polling would steal
         the core the other side needs."""
         start = time.monotonic()
-        spin_until = start + spin if spin and self._latency < spin and _idle_core(start) else 0.0
+        spin_until = start + spin if spin and self._latency < spin and idle_core(start) else 0.0
         while True:
             head, tail = self._index[0], self._index[1]
             if tail - head >= _LEN.size:

@@ -31,6 +31,7 @@ from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Burst, Driver, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.service import wire
 from nncert.drivers.service.fmq import MessageQueue, QueueAborted
+from nncert.drivers.service.spin import poll_readable
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import Request
@@ -199,9 +200,14 @@ class Session:
     def get(self, handle: Any, kind: type) -> Any:
         return self.owner.get(handle, kind)
 
+    #: Seconds the next call is polled for after an answer (spin.py): a client's calls
+    #: tend to come in quick succession.
+    POLL_S = 0.0005
+
     def serve(self) -> None:
         try:
             while True:
+                poll_readable(self.sock.fileno(), self.POLL_S)
                 try:
                     message = wire.recv_message(self.sock)
                 except wire.ProtocolError as e:

@@ -208,10 +208,28 @@ def _encode_operand(o: Operand) -> list:
             None if cq is None else [list(cq.scales), cq.channel_dim]]
 
 
+_OPERAND_TYPES = {int(m): m for m in OperandType}
+_LIFETIMES = {int(m): m for m in OperandLifeTime}
+_OPERATION_TYPES = {int(m): m for m in OperationType}
+
+
+def _code(table: dict[int, Any], value: Any) -> Any:
+    """enum_or_int with a lookup table: models are decoded on every call (the hot path)."""
+    if type(value) is not int:
+        raise ProtocolError(f"code {value!r} is not an integer")
+    return table.get(value, value)
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    if not all(type(x) is int for x in values):
+        raise ProtocolError(f"{values!r} is not a list of integers")
+    return tuple(values)
+
+
 def _decode_operand(v: list) -> Operand:
     type_, dims, scale, zp, lifetime, loc, cq = v
-    return Operand(enum_or_int(OperandType, type_), tuple(int(d) for d in dims), float(scale), int(zp),
-                   enum_or_int(OperandLifeTime, lifetime), DataLocation(*(int(x) for x in loc)),
+    return Operand(_code(_OPERAND_TYPES, type_), _ints(dims), float(scale), int(zp),
+                   _code(_LIFETIMES, lifetime), DataLocation(*_ints(loc)),
                    None if cq is None else SymmPerChannelQuantParams(tuple(float(s) for s in cq[0]),
                                                                      int(cq[1])))
 
@@ -224,9 +242,9 @@ def _encode_subgraph(sg: Subgraph) -> dict:
 
 def _decode_subgraph(d: dict) -> Subgraph:
     return Subgraph([_decode_operand(o) for o in d["operands"]],
-                    [Operation(enum_or_int(OperationType, t), [int(i) for i in ins], [int(i) for i in outs])
+                    [Operation(_code(_OPERATION_TYPES, t), list(_ints(ins)), list(_ints(outs)))
                      for t, ins, outs in d["operations"]],
-                    [int(i) for i in d["inputs"]], [int(i) for i in d["outputs"]])
+                    list(_ints(d["inputs"])), list(_ints(d["outputs"])))
 
 
 def encode_model(model: Model, fds: list[int]) -> tuple[dict, bytes]:
@@ -255,8 +273,7 @@ def encode_arguments(args: Sequence[RequestArgument]) -> list:
 
 def decode_arguments(v: Any) -> list[RequestArgument]:
     try:
-        return [RequestArgument(bool(none), DataLocation(*(int(x) for x in loc)), tuple(int(d) for d in dims))
-                for none, loc, dims in v]
+        return [RequestArgument(bool(none), DataLocation(*_ints(loc)), _ints(dims)) for none, loc, dims in v]
     except (TypeError, ValueError) as e:
         raise ProtocolError(f"malformed request arguments: {e}") from None
 
