@@ -20,25 +20,13 @@ import signal
 import statistics
 import time
 
+from bench_operations import driver_seconds  # the same per-case work, measured the same way
+
 from nncert.drivers import load_driver
-from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.builder import build_request
 from nncert.hal.types import OperationType
 from nncert.ops import get
 from nncert.testing.cases import enumerate_cases, sample_case
-from nncert.testing.criteria import compare
-
-
-def suite_seconds(driver, cases, models) -> float:
-    t0 = time.perf_counter()
-    for case, (model, feeds) in zip(cases, models, strict=True):
-        driver.supported_operations(model)
-        prepared = driver.prepare_model(model)
-        dims = [e.shape for e in case.expected]
-        request = build_request(model, feeds, dims)
-        prepared.execute_synchronously(request)
-        for i, (e, a) in enumerate(zip(case.expected, read_outputs(model, request, dims), strict=True)):
-            assert compare(e, a, case.outputs[i].type) is None, case.id
-    return time.perf_counter() - t0
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -60,8 +48,8 @@ def main() -> None:
 
     cases = [sample_case(*k) for k in enumerate_cases(seeds=(0,))]
     models = [c.model() for c in cases]
-    best_local = min(suite_seconds(local, cases, models) for _ in range(args.repeat))
-    best_remote = min(suite_seconds(remote, cases, models) for _ in range(args.repeat))
+    best_local = min(driver_seconds(local, cases, models) for _ in range(args.repeat))
+    best_remote = min(driver_seconds(remote, cases, models) for _ in range(args.repeat))
     n = len(cases)
     print(f"suite, {n} cases: in process {n / best_local:7.0f} cases/s, through the service "
           f"{n / best_remote:7.0f} cases/s; ratio {best_remote / best_local:.2f}x")
