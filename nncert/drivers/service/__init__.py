@@ -553,6 +553,7 @@ class ServiceDriver(Driver):
             # A forked child (--isolate, MLTS clients) must not share the parent's socket:
             # it becomes a client of its own on the same service.
             self._attach = self._attach or self.address
+            self._dir = None  # the parent's: never removed from here
             self._conn = None
             self._start()
             return self._conn  # type: ignore[return-value]
