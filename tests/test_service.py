@@ -411,3 +411,31 @@ def test_conformance_through_the_service_equals_in_process(tmp_path):
     assert local.keys() == remote.keys()
     differ = [n for n in local if local[n] != remote[n]]
     assert not differ, f"{len(differ)} tests differ, e.g. {differ[:3]}"
+
+
+def test_the_service_does_not_outlive_a_killed_owner_even_mid_hang(tmp_path):
+    """A harness killed while its call hangs in the driver leaves no service behind."""
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import os, sys, threading, time\n"
+        "from nncert.drivers import load_driver\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_service import _add_model, _feeds, _run\n"
+        "d = load_driver('service:mutant:hang,op=ADD')\n"
+        "model, feeds = _add_model(), _feeds()\n"
+        "p = d.prepare_model(model)\n"
+        "threading.Thread(target=_run, args=(p, model, feeds), daemon=True).start()\n"
+        "time.sleep(0.5)\n"
+        "print(d.conn.service_pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n")
+    proc = subprocess.run([sys.executable, str(script), os.path.dirname(os.path.abspath(__file__))],
+                          capture_output=True, text=True, timeout=60)
+    pid = int(proc.stdout.split()[0])
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the service outlived its killed owner by 5 s")

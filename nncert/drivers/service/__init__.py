@@ -130,8 +130,10 @@ class Connection:
         with self.lock:
             self.sockets.append(sock)
         number, key = self.client
-        self._exchange(sock, "join", {"op": "hello", "protocol": wire.PROTOCOL_VERSION, "join": number,
-                                      "key": key}, b"", (), self.limit(None))
+        reply, _, fds = self._exchange(sock, "join", {"op": "hello", "protocol": wire.PROTOCOL_VERSION,
+                                                      "join": number, "key": key}, b"", (), self.limit(None))
+        wire.close_fds(fds)
+        raise_for_status(reply)
         return sock
 
     # -- calls --

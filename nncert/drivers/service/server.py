@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import secrets
+import select
 import socket
 import sys
 import threading
@@ -228,8 +229,10 @@ class Session:
         fdr = wire.FdReader(fds)
         out_fds: list[int] = []
         try:
-            if "release" in body:
-                self.owner.release(body["release"])
+            if op != "hello":
+                client = self.owner  # every call but hello needs a client
+                if "release" in body:
+                    client.release(body["release"])
             handler: Callable[..., Reply] | None = getattr(self, f"op_{op}", None) if isinstance(op, str) \
                 else None
             if handler is None:
@@ -254,6 +257,8 @@ class Session:
             raise wire.ProtocolError(f"client speaks protocol {body.get('protocol')!r}, "
                                      f"this service {wire.PROTOCOL_VERSION}")
         self.client = self.service.attach(body.get("join"), body.get("key"))
+        if self.client.owner and body.get("join") is None and isinstance(body.get("pid"), int):
+            self.service.watch_owner(body["pid"])
         d = self.driver
         return ok({"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "driver": d.name,
                    "client": self.client.number, "key": self.client.key,
@@ -424,6 +429,27 @@ class Service:
             client.connections += 1
         return client
 
+    def watch_owner(self, pid: int) -> None:
+        """Exit when the owner's process ends, even while a call of its is stuck in the
+        driver (its connections only notice between calls)."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+
+        def wait() -> None:
+            select.select([pidfd], [], [])
+            self._exit()
+
+        threading.Thread(target=wait, name="nncert-owner-watch", daemon=True).start()
+
+    @staticmethod
+    def _exit() -> None:
+        # Nobody is left to restart or stop us: stop now. os._exit, because a hosted
+        # driver's threads may be stuck in a call that will never return.
+        sys.stderr.flush()
+        os._exit(0)
+
     def detach(self, client: Client) -> None:
         with self.lock:
             client.connections -= 1
@@ -433,10 +459,7 @@ class Service:
         if gone:
             client.release_all()
             if client.owner:
-                # Nobody is left to restart or stop us: stop now. os._exit, because a hosted
-                # driver's threads may be stuck in a call that will never return.
-                sys.stderr.flush()
-                os._exit(0)
+                self._exit()
 
 
 def _refuse(listener: socket.socket, message: str) -> None:
