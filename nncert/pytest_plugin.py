@@ -14,7 +14,7 @@ from _pytest.runner import runtestprotocol
 
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
-from nncert.hal.errors import driver_fault_of
+from nncert.hal.errors import DriverFault, driver_fault_of
 from nncert.requirements import REQUIREMENTS, matches
 from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
 
@@ -144,13 +144,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
     report = yield
     report.user_properties.append(("req", requirement_ids(item)))
     # A driver fault surfacing as an API error (even re-raised as pytest.fail) is the
-    # driver's crash or hang, not the test's failure (MLTS-2).
-    if call.excinfo is not None and driver_fault_of(call.excinfo.value) is not None:
-        outcome = classify_exception(call.excinfo.value)
-        report.user_properties.extend(_outcome_properties(outcome))
-        if outcome.stderr_tail:
-            report.sections.append(("driver process stderr", outcome.stderr_tail))
+    # driver's crash or hang, not the test's failure (MLTS-2); so is any failure of a test
+    # during which the driver died (a status the test judged, an async callback's status).
+    if call.excinfo is not None:
+        fault = driver_fault_of(call.excinfo.value) or _dead_driver_fault(item.config)
+        if fault is not None:
+            outcome = classify_exception(fault)
+            report.user_properties.extend(_outcome_properties(outcome))
+            if outcome.stderr_tail:
+                report.sections.append(("driver process stderr", outcome.stderr_tail))
     return report
+
+
+def _dead_driver_fault(config: pytest.Config) -> DriverFault | None:
+    """How the driver under test died, if it did (it is revived before every test)."""
+    driver = config.stash.get(_DRIVER, None)
+    if driver is None or driver.alive():
+        return None
+    return driver.fault() or DriverFault("CRASH", f"{driver.name} died during the test")
 
 
 def _outcome_properties(outcome: Outcome) -> list[tuple[str, str]]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nncert.hal.errors import HalError
+from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import (
     NO_TIMING_INFO,
@@ -354,6 +354,10 @@ class Driver:
 
     def restart(self) -> None:
         """Start afresh after a death (a hosted driver starts a new service)."""
+
+    def fault(self) -> DriverFault | None:
+        """How the driver died (CRASH or HANG), once ``alive()`` is False."""
+        return None
 
 
 def timing_for(measure: MeasureTiming, start_ns: int, device_ns: int) -> Timing:

@@ -534,6 +534,10 @@ class ServiceDriver(Driver):
         self._stop()
         self._start()
 
+    def fault(self) -> DriverFault | None:
+        conn = self._conn
+        return None if conn is None or conn.fault is None else conn.error()
+
     def close(self) -> None:
         self._stop()
         if self._dir:
