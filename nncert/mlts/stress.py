@@ -59,6 +59,7 @@ from nncert.hal.types import OperationType as Op
 from nncert.ops.interpreter import run_model
 from nncert.testing.cases import enumerate_cases, sample_case
 from nncert.testing.criteria import output_mismatches
+from nncert.testing.harness import CaseError, check_case
 from nncert.testing.outcome import Kind, classify_exception, run_isolated, signal_name
 
 
@@ -584,27 +585,13 @@ def _random_models(case: Case) -> dict[str, Any]:
             if op_case.variation_version("base") > driver.feature_level:
                 too_new += 1
                 continue
-            model, feeds = op_case.model()
             try:
-                supported = driver.supported_operations(model)
-            except HalError as e:
-                raise StressError(f"{op_case.id}: supported_operations failed: {e}") from e
-            if len(supported) != len(model.main.operations):
-                raise StressError(f"{op_case.id}: DRV-2: supported_operations returned "
-                                    f"{len(supported)} flags for {len(model.main.operations)} operations")
-            if not all(supported):
+                reason = check_case(driver, op_case)
+            except CaseError as e:
+                raise StressError(f"{op_case.id}: {e}") from e
+            if reason:
                 declined += 1
                 continue
-            try:
-                prepared = driver.prepare_model(model)
-                request = build_request(model, feeds, [e.shape for e in op_case.expected])
-                prepared.execute_synchronously(request)
-            except HalError as e:
-                raise StressError(f"{op_case.id}: DRV-2: claimed every operation, then failed: {e}") from e
-            actual = read_outputs(model, request, [e.shape for e in op_case.expected])
-            wrong = output_mismatches(model, op_case.expected, actual)
-            if wrong:
-                raise StressError(f"{op_case.id}: {wrong[0]}")
             checked += 1
     return {"iterations": checked, "declined": declined, "too_new": too_new}
 

@@ -51,12 +51,17 @@ def wait_fence(fence: SyncFence | None) -> None:
                                   f"{hang_timeout():g} s")
 
 
+class CaseError(AssertionError):
+    """A case that ran and broke a rule; the message names the requirement (DRV-2, EXE-4,
+    ACC-*). An AssertionError, so that a test raising it fails as any assertion does."""
+
+
 def declined(driver: Driver, model: Model) -> str | None:
     """Why the driver declines ``model`` (one reason per declined operation), or None."""
     supported = driver.supported_operations(model)
     if len(supported) != len(model.main.operations):
-        pytest.fail(f"DRV-2: supported_operations returned {len(supported)} flags for "
-                    f"{len(model.main.operations)} operations")
+        raise CaseError(f"DRV-2: supported_operations returned {len(supported)} flags for "
+                          f"{len(model.main.operations)} operations")
     names = [op.type.name for op, ok in zip(model.main.operations, supported, strict=True) if not ok]
     return f"{driver.name} declines {', '.join(names)}" if names else None
 
@@ -68,9 +73,17 @@ def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:
     if reason:
         pytest.skip(reason)
     try:
+        return prepare_claimed(driver, model)
+    except CaseError as e:
+        pytest.fail(str(e))
+
+
+def prepare_claimed(driver: Driver, model: Model) -> PreparedModel:
+    """Prepare a model whose every operation the driver claimed: failing is a DRV-2 breach."""
+    try:
         return driver.prepare_model(model)
     except HalError as e:
-        pytest.fail(f"DRV-2: claimed every operation, then prepare_model failed: {e}")
+        raise CaseError(f"DRV-2: claimed every operation, then prepare_model failed: {e}") from e
 
 
 def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], model: Model,
@@ -80,23 +93,42 @@ def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], 
         pytest.fail("; ".join(str(m) for m in problems))
 
 
-def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
-             pool_kind: str = "ashmem") -> None:
-    """Run one generated case on the driver and fail unless it matches the golden."""
+def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
+               pool_kind: str = "ashmem") -> str | None:
+    """Run one generated case on the driver and check it against the golden, outside pytest
+    too (the MLTS random-model stress uses it). Returns why the case was not run (a newer HAL
+    version, a declined operation) or None; raises CaseError when it broke a rule."""
     version = case.variation_version(variation)
     if version > driver.feature_level:
-        pytest.skip(f"needs HAL {version.label}, driver is {driver.feature_level.label}")
+        return f"needs HAL {version.label}, driver is {driver.feature_level.label}"
     model, feeds = case.model(variation, pool_kind)
-    prepared = prepare_or_skip(driver, model)
+    reason = declined(driver, model)
+    if reason:
+        return reason
     expected_dims = [tuple(e.shape) for e in case.expected]
+    prepared = prepare_claimed(driver, model)
     request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
     try:
         shapes, _ = execute(prepared, request, path)
     except HalError as e:
-        pytest.fail(f"DRV-2: claimed every operation, then {path} execution failed: {e}")
+        raise CaseError(f"DRV-2: claimed every operation, then {path} execution failed: {e}") from e
     if variation == "dynamic_output":
         got = [tuple(s.dimensions) for s in shapes]
         if got != expected_dims:
-            pytest.fail(f"EXE-4: output shapes reported {got}, expected {expected_dims}")
-    check_outputs(case.expected, read_outputs(model, request, expected_dims), model,
-                  relaxed=variation == "relaxed")
+            raise CaseError(f"EXE-4: output shapes reported {got}, expected {expected_dims}")
+    problems = output_mismatches(model, case.expected, read_outputs(model, request, expected_dims),
+                                 relaxed=variation == "relaxed")
+    if problems:
+        raise CaseError("; ".join(str(m) for m in problems))
+    return None
+
+
+def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
+             pool_kind: str = "ashmem") -> None:
+    """check_case as a test: skipped when not run, failed when a rule is broken."""
+    try:
+        reason = check_case(driver, case, variation, path, pool_kind)
+    except CaseError as e:
+        pytest.fail(str(e))
+    if reason:
+        pytest.skip(reason)

@@ -57,15 +57,19 @@ class ProtocolError(Exception):
 E = TypeVar("E", bound=enum.IntEnum)
 
 
+_MEMBERS: dict[type, dict[int, enum.IntEnum]] = {}
+
+
 def enum_or_int(cls: type[E], value: Any) -> E | int:
     """The enum member for ``value``, or the raw int when it names none: invalid codes must
-    reach the hosted driver unchanged so that it can reject them (VAL-1)."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    reach the hosted driver unchanged so that it can reject them (VAL-1). A table lookup:
+    models are decoded on every call."""
+    if type(value) is not int:
         raise ProtocolError(f"{cls.__name__} code {value!r} is not an integer")
-    try:
-        return cls(value)
-    except ValueError:
-        return value
+    members = _MEMBERS.get(cls)
+    if members is None:
+        members = _MEMBERS[cls] = {int(m): m for m in cls}
+    return members.get(value, value)  # type: ignore[return-value]
 
 
 def enum_strict(cls: type[E], value: Any) -> E:
@@ -208,18 +212,6 @@ def _encode_operand(o: Operand) -> list:
             None if cq is None else [list(cq.scales), cq.channel_dim]]
 
 
-_OPERAND_TYPES = {int(m): m for m in OperandType}
-_LIFETIMES = {int(m): m for m in OperandLifeTime}
-_OPERATION_TYPES = {int(m): m for m in OperationType}
-
-
-def _code(table: dict[int, Any], value: Any) -> Any:
-    """enum_or_int with a lookup table: models are decoded on every call (the hot path)."""
-    if type(value) is not int:
-        raise ProtocolError(f"code {value!r} is not an integer")
-    return table.get(value, value)
-
-
 def _ints(values: Any) -> tuple[int, ...]:
     if not all(type(x) is int for x in values):
         raise ProtocolError(f"{values!r} is not a list of integers")
@@ -228,8 +220,8 @@ def _ints(values: Any) -> tuple[int, ...]:
 
 def _decode_operand(v: list) -> Operand:
     type_, dims, scale, zp, lifetime, loc, cq = v
-    return Operand(_code(_OPERAND_TYPES, type_), _ints(dims), float(scale), int(zp),
-                   _code(_LIFETIMES, lifetime), DataLocation(*_ints(loc)),
+    return Operand(enum_or_int(OperandType, type_), _ints(dims), float(scale), int(zp),
+                   enum_or_int(OperandLifeTime, lifetime), DataLocation(*_ints(loc)),
                    None if cq is None else SymmPerChannelQuantParams(tuple(float(s) for s in cq[0]),
                                                                      int(cq[1])))
 
@@ -242,7 +234,7 @@ def _encode_subgraph(sg: Subgraph) -> dict:
 
 def _decode_subgraph(d: dict) -> Subgraph:
     return Subgraph([_decode_operand(o) for o in d["operands"]],
-                    [Operation(_code(_OPERATION_TYPES, t), list(_ints(ins)), list(_ints(outs)))
+                    [Operation(enum_or_int(OperationType, t), list(_ints(ins)), list(_ints(outs)))
                      for t, ins, outs in d["operations"]],
                     list(_ints(d["inputs"])), list(_ints(d["outputs"])))
 
