@@ -5,7 +5,9 @@ process or driver crashed or hung is counted as ``crashed`` / ``hung`` (still a 
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
 from nncert.hal.errors import DriverFault, driver_fault_of
 from nncert.requirements import REQUIREMENTS, matches
+from nncert.testing import expectations, triage
 from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
 
 #: Test status categories of the outcomes that are failures of their own kind (MLTS-2).
@@ -42,6 +45,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how long a driver call, a returned fence or an execution callback may take "
                          "before it counts as a HANG (default 30; a hosted driver's timeout= option "
                          "overrides it for that driver)")
+    group.addoption("--expectations", action="append", default=[], metavar="PATH",
+                    help="an expectations file of known discrepancies (strict xfails), besides the "
+                         "one the driver's package ships (repeatable)")
+    group.addoption("--no-expectations", action="store_true",
+                    help="ignore every expectations file: known discrepancies fail as they are")
+    group.addoption("--three-way", action=argparse.BooleanOptionalAction, default=True,
+                    help="replay a failing per-operation case on the peer runtimes (LiteRT, ONNX Runtime, "
+                         "out of process) and say which agree with the reference or the driver "
+                         "(default: on)")
+    group.addoption("--three-way-budget", type=int, default=200, metavar="N",
+                    help="triage at most N failing cases a session (default 200)")
     group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="with --isolate: kill a test that has not finished after this long, as a "
                          "HANG (setup and teardown included; default 60)")
@@ -70,6 +84,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_DRIVER] = load_driver(spec, _driver_options(config))
     except DriverSpecError as e:
         raise pytest.UsageError(str(e)) from None
+    try:
+        config.stash[_EXPECTATIONS] = [] if config.getoption("no_expectations") else \
+            expectations.load(spec, config.getoption("expectations"))
+    except (expectations.ExpectationsError, DriverSpecError) as e:
+        raise pytest.UsageError(str(e)) from None
+    if config.getoption("three_way"):
+        triage.set_active(triage.Triage(spec, budget=config.getoption("three_way_budget")))
     for selector in config.getoption("req"):
         if not any(matches(r, selector) for r in REQUIREMENTS):
             raise pytest.UsageError(f"--req {selector!r}: no such requirement (see SPEC.md)")
@@ -82,12 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    triage.set_active(None)
     driver = config.stash.get(_DRIVER, None)
     if driver is not None:
         driver.close()
 
 
 _DRIVER = pytest.StashKey[Driver]()
+_EXPECTATIONS = pytest.StashKey[list]()
 
 
 def requirement_ids(item: pytest.Item) -> list[str]:
@@ -107,6 +130,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # A certification suite traces every test to a requirement.
         if not ids and "conformance" in item.path.parts:
             raise pytest.UsageError(f"{item.nodeid}: conformance test without a req marker")
+    known = config.stash.get(_EXPECTATIONS, [])
+    if known:
+        for item in items:
+            exp = expectations.match(known, item.nodeid)
+            if exp is not None:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=exp.describe()))
     selectors = config.getoption("req")
     if selectors:
         keep, drop = [], []
@@ -236,9 +265,14 @@ def _lost_test_report(item: pytest.Item, outcome: Outcome) -> pytest.TestReport:
         sections = [(f"Captured {name} call", text[-TAIL_CHARS:])
                     for name, text in (("stdout", captured.out), ("stderr", captured.err)) if text]
     stop = time.time()
-    return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
-                             longrepr, "call", sections, duration=outcome.duration,
-                             start=stop - outcome.duration, stop=stop, user_properties=properties)
+    report = pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
+                               longrepr, "call", sections, duration=outcome.duration,
+                               start=stop - outcome.duration, stop=stop, user_properties=properties)
+    xfail = item.get_closest_marker("xfail")
+    if xfail is not None:  # an expected crash or hang (a driver's expectations file)
+        report.outcome = "skipped"
+        report.wasxfail = xfail.kwargs.get("reason", "")
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -272,14 +306,21 @@ class OutcomeRecorder:
         status = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
         reason = ""
         kind = nncert_outcome(report)
-        if kind is not None:
+        if status == "xfailed":
+            reason = report.wasxfail
+        elif kind is not None:
             status, reason = kind.lower(), properties.get("nncert_reason", "")
         elif report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2])
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             reason = crash.message if crash else report.longreprtext.strip().splitlines()[-1]
-        self.tests[report.nodeid] = {"outcome": status, "req": req, "reason": reason[:500]}
+        record = {"outcome": status, "req": req, "reason": reason[:500]}
+        if report.failed:
+            verdicts = re.findall(r"three-way verdict: .*", report.longreprtext)
+            if verdicts:
+                record["verdict"] = verdicts[-1].strip()
+        self.tests[report.nodeid] = record
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         path = self.config.getoption("nncert_report")

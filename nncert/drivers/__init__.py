@@ -23,6 +23,10 @@ ENTRY_POINT_GROUP = "nncert.drivers"
 BUILTIN: dict[str, tuple[str, str]] = {
     "reference": ("nncert.drivers.reference:ReferenceDriver",
                   "numpy reference kernels of the operation catalogue (the golden)"),
+    "litert": ("nncert.drivers.litert:LiteRTDriver",
+               "LiteRT (TFLite) CPU runtime: litert:kernels=xnnpack|builtin|ref,threads=N,delegate=PATH"),
+    "onnxruntime": ("nncert.drivers.onnxruntime:OnnxRuntimeDriver",
+                    "ONNX Runtime: onnxruntime:provider=NAME,opt_level=LEVEL,threads=N"),
     "mutant": ("nncert.drivers.mutants:create",
                "deliberately faulty drivers the suites must catch: mutant:NAME"),
     "service": ("nncert.drivers.service:create",

@@ -53,7 +53,12 @@ def wait_fence(fence: SyncFence | None) -> None:
 
 class CaseError(AssertionError):
     """A case that ran and broke a rule; the message names the requirement (DRV-2, EXE-4,
-    ACC-*). An AssertionError, so that a test raising it fails as any assertion does."""
+    ACC-*). An AssertionError, so that a test raising it fails as any assertion does.
+    ``outputs``: what the driver computed, when the failure is about its values."""
+
+    def __init__(self, message: str, outputs: list[np.ndarray] | None = None) -> None:
+        super().__init__(message)
+        self.outputs = outputs
 
 
 def declined(driver: Driver, model: Model) -> str | None:
@@ -116,19 +121,31 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
         got = [tuple(s.dimensions) for s in shapes]
         if got != expected_dims:
             raise CaseError(f"EXE-4: output shapes reported {got}, expected {expected_dims}")
-    problems = output_mismatches(model, case.expected, read_outputs(model, request, expected_dims),
-                                 relaxed=variation == "relaxed")
+    actual = read_outputs(model, request, expected_dims)
+    problems = output_mismatches(model, case.expected, actual, relaxed=variation == "relaxed")
     if problems:
-        raise CaseError("; ".join(str(m) for m in problems))
+        raise CaseError("; ".join(str(m) for m in problems), actual)
     return None
+
+
+def _three_way(case: OpCase, variation: str, error: CaseError) -> str:
+    from nncert.testing import triage
+
+    if triage.ACTIVE is None:
+        return ""
+    model, feeds = case.model(variation)
+    verdict = triage.ACTIVE.verdict(model, feeds, case.expected, error.outputs,
+                                    relaxed=variation == "relaxed")
+    return "" if verdict is None else f"\n{verdict.summary}"
 
 
 def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
              pool_kind: str = "ashmem") -> None:
-    """check_case as a test: skipped when not run, failed when a rule is broken."""
+    """check_case as a test: skipped when not run, failed when a rule is broken. A failure
+    carries the three-way verdict of the peer runtimes when triage is on (nncert.testing.triage)."""
     try:
         reason = check_case(driver, case, variation, path, pool_kind)
     except CaseError as e:
-        pytest.fail(str(e))
+        pytest.fail(f"{e}{_three_way(case, variation, e)}")
     if reason:
         pytest.skip(reason)

@@ -1,0 +1,237 @@
+"""Base of drivers that compile a HAL model into another runtime's format (LiteRT, ONNX
+Runtime): everything but the exporter and the runtime call is done here, once.
+
+A subclass implements two hooks:
+
+- ``operation_problem(model, index)``: why operation ``index`` of ``model`` cannot be
+  expressed in the runtime's format (its type, a parameter), or None;
+- ``compile(model)``: an ``Executable`` for a model that passed validation, whose tensors
+  all have known dimensions and which has no float16 operand (see below). It raises
+  ``Unmappable`` for what the exporter cannot express and lets the runtime's own error out
+  for what the runtime refuses.
+
+The base then gives:
+
+- ``supported_operations`` decided per operation, type and parameter: the static rules,
+  then a probe that compiles the operation alone (export plus the runtime's preparation,
+  where kernels check their types), cached by the operation's signature and parameters;
+- float16 as float32 (``widen_float16``): float16 operands are computed in float32 and the
+  results rounded to float16 at the output, a documented strategy (docs/drivers.md) that
+  ACC-1's float16 tolerance covers;
+- dynamic shapes (EXE-4): a model with unknown dimensions is compiled again for each new set
+  of actual input shapes, the shapes filled in by the catalogue's rules;
+- one execution at a time per compiled model (runtimes' interpreters are not reentrant);
+- capabilities measured on reference workloads (``nncert.drivers.measure``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, timing_for
+from nncert.hal.errors import HalError
+from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
+from nncert.hal.request_io import read_inputs, write_outputs
+from nncert.hal.transform import (
+    ShapeUnknown,
+    fully_specified,
+    isolate_operation,
+    specialize_shapes,
+    widen_float16,
+)
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.validation import (
+    validate_execution_preference,
+    validate_model,
+    validate_priority,
+    validate_request,
+)
+
+
+class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter gives
+    """What an exporter cannot express in its runtime's format."""
+
+
+class Executable(Protocol):
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Arrays in model-input order (the operands' dtypes, float16 widened to float32)
+        to arrays in model-output order."""
+
+
+#: Compiled variants kept per prepared model with dynamic shapes.
+SHAPE_CACHE = 8
+
+
+class CompiledPreparedModel(PreparedModel):
+    def __init__(self, driver: CompiledDriver, model: Model) -> None:
+        self.driver = driver
+        self.model = model  # the caller's types: requests are read and written with these
+        self.wide = widen_float16(model)
+        self._lock = threading.Lock()
+        self._static: Executable | None = None
+        self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
+        if fully_specified(self.wide):
+            self._static = driver.compile(self.wide)
+
+    def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
+        if self._static is not None:
+            return self._static
+        key = tuple(tuple(a.shape) for a in feeds)
+        exe = self._by_shape.get(key)
+        if exe is None:
+            try:
+                concrete = specialize_shapes(self.wide, key)
+            except ShapeUnknown as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name}: {e}") from None
+            except ValueError as e:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, str(e)) from None
+            exe = self.driver.compile(concrete)
+            self._by_shape[key] = exe
+            if len(self._by_shape) > SHAPE_CACHE:
+                self._by_shape.popitem(last=False)
+        self._by_shape.move_to_end(key)
+        return exe
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: Deadline = None,
+                              loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        start = time.monotonic_ns()
+        validate_request(request, self.model)
+        check_deadline(deadline, "execution")
+        inputs = read_inputs(self.model, request)
+        if any(a is None for a in inputs):
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"{self.driver.name} does not support omitted model inputs")
+        main = self.wide.main
+        feeds = [np.ascontiguousarray(a, dtype=dtype_of(main.operands[i].type))
+                 for i, a in zip(main.input_indexes, inputs, strict=True)]
+        with self._lock:
+            try:
+                exe = self._executable(feeds)
+            except HalError:
+                raise
+            except Exception as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name} cannot compile "
+                               f"for these input shapes: {type(e).__name__}: {e}") from None
+            device_start = time.monotonic_ns()
+            try:
+                outs = exe.run(feeds)
+            except Exception as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE,
+                               f"{self.driver.name} execution failed: {type(e).__name__}: {e}") from None
+            device_ns = time.monotonic_ns() - device_start
+        with np.errstate(over="ignore"):  # float32 beyond float16's range rounds to inf
+            outs = [np.asarray(a).astype(dtype_of(self.model.main.operands[i].type), copy=False)
+                    for i, a in zip(self.model.main.output_indexes, outs, strict=True)]
+        shapes = write_outputs(self.model, request, outs)
+        return shapes, timing_for(MeasureTiming(measure), start, device_ns)
+
+
+class CompiledDriver(Driver):
+    """A driver whose prepared models are another runtime's compiled models."""
+
+    #: The runtime this driver compiles for, in words (version strings, reports).
+    runtime: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._probes: dict[bytes, str | None] = {}
+        self._probe_lock = threading.Lock()
+
+    # -- hooks --
+    def operation_problem(self, model: Model, index: int) -> str | None:
+        """Why operation ``index`` of ``model`` (float16 already widened) cannot be mapped."""
+        raise NotImplementedError
+
+    def compile(self, model: Model) -> Executable:
+        raise NotImplementedError
+
+    def options_label(self) -> str:
+        """The options that change behaviour, for version strings and caches ("kernels=ref")."""
+        return ""
+
+    # -- the protocol --
+    def version_string(self) -> str:
+        from nncert import __version__
+        opts = self.options_label()
+        return f"nncert-{self.name} {__version__} ({self.runtime}{', ' + opts if opts else ''})"
+
+    def capabilities(self) -> Capabilities:
+        from nncert.drivers.measure import measured_capabilities
+        return measured_capabilities(self)
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        validate_model(model, self.feature_level)
+        wide = widen_float16(model)
+        return [self.why_unsupported(wide, n) is None for n in range(len(wide.main.operations))]
+
+    def why_unsupported(self, wide: Model, index: int) -> str | None:
+        """Why the driver declines operation ``index`` of a widened model, or None."""
+        try:
+            problem = self.operation_problem(wide, index)
+        except Exception as e:  # an exporter bug declines, and says so
+            problem = f"exporter error: {type(e).__name__}: {e}"
+        if problem:
+            return problem
+        single = isolate_operation(wide, index)
+        if not fully_specified(single):
+            return None  # probed again, with actual shapes, when it runs
+        key = _probe_key(single)
+        with self._probe_lock:
+            if key not in self._probes:
+                try:
+                    self.compile(single)
+                    self._probes[key] = None
+                except Exception as e:
+                    self._probes[key] = f"{type(e).__name__}: {e}".strip()[:500]
+            return self._probes[key]
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        validate_execution_preference(preference)
+        validate_priority(priority)
+        validate_model(model, self.feature_level)
+        check_deadline(deadline, "preparation")
+        wide = widen_float16(model)
+        for n, op in enumerate(wide.main.operations):
+            reason = self.why_unsupported(wide, n)
+            if reason:
+                raise HalError(ErrorStatus.GENERAL_FAILURE,
+                               f"operation {n} ({op.type.name}) is not supported: {reason}")
+        try:
+            return CompiledPreparedModel(self, model.copy())
+        except HalError:
+            raise
+        except Exception as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"{self.name} cannot compile the model: {type(e).__name__}: {e}") from None
+
+
+def _probe_key(single: Model) -> bytes:
+    """What decides whether a runtime takes an operation: its type, every operand's type,
+    shape and quantisation, and the values of its parameters (scalars and small integer or
+    boolean tensors such as axes, paddings and shapes; not the contents of weights)."""
+    from nncert.hal.transform import CONSTANT
+    from nncert.hal.types import OperandType as T
+
+    h = hashlib.blake2b(digest_size=20)
+    sg = single.main
+    h.update(repr([(op.type, op.inputs, op.outputs) for op in sg.operations]).encode())
+    for o in sg.operands:
+        h.update(repr((o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
+                       o.channel_quant)).encode())
+        parameter = o.type.is_scalar or (o.type in (T.TENSOR_INT32, T.TENSOR_BOOL8) and
+                                         int(np.prod(o.dimensions)) <= 64)
+        if o.lifetime in CONSTANT and parameter:
+            h.update(single.constant_bytes(o) or b"")
+    return h.digest()
