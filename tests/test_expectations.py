@@ -43,17 +43,19 @@ reason = "only with reference kernels"
 when = "kernels=ref"
 
 [[xfail]]
-test = "c::*"
+test = ["c::*", "d::x"]
 reason = "always"
 """)
-    assert [e.test for e in expectations.load_file(path, "litert")] == ["a::*", "c::*"]
-    assert [e.test for e in expectations.load_file(path, "service:litert:kernels=ref")] == ["b::*", "c::*"]
+    assert [e.tests for e in expectations.load_file(path, "litert")] == [("a::*",), ("c::*", "d::x")]
+    assert [e.tests for e in expectations.load_file(path, "service:litert:kernels=ref")] == \
+        [("b::*",), ("c::*", "d::x")]
     found = expectations.match(expectations.load_file(path, "litert"), "a::test[x]")
     assert found is not None and "only with the default kernels" in found.describe()
 
 
 @pytest.mark.parametrize(("text", "complaint"), [
     ("[[xfail]]\nreason = 'no test'\n", "'test' is required"),
+    ("[[xfail]]\ntest = []\nreason = 'r'\n", "'test' is required"),
     ("[[xfail]]\ntest = 'x'\nreason = 'r'\ncolour = 'red'\n", "unknown key 'colour'"),
     ("[[xfail]]\ntest = 'x'\nreason = 'r'\nwhen = ['kernels']\n", "KEY=VALUE"),
     ("[[xfail]\n", "expectations.toml"),

@@ -62,7 +62,8 @@ class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter give
 class Executable(Protocol):
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Arrays in model-input order (the operands' dtypes, float16 widened to float32)
-        to arrays in model-output order."""
+        to arrays in model-output order. The outputs may be views of the runtime's own
+        buffers, valid until the next run: the base copies them out before that."""
 
 
 #: Compiled variants kept per prepared model with dynamic shapes.
@@ -127,11 +128,20 @@ class CompiledPreparedModel(PreparedModel):
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"{self.driver.name} execution failed: {type(e).__name__}: {e}") from None
             device_ns = time.monotonic_ns() - device_start
-        with np.errstate(over="ignore"):  # float32 beyond float16's range rounds to inf
-            outs = [np.asarray(a).astype(dtype_of(self.model.main.operands[i].type), copy=False)
-                    for i, a in zip(self.model.main.output_indexes, outs, strict=True)]
-        shapes = write_outputs(self.model, request, outs)
+            # Still under the lock: the outputs may be views of the runtime's buffers.
+            shapes = self._write(request, outs)
         return shapes, timing_for(MeasureTiming(measure), start, device_ns)
+
+    def _write(self, request: Request, outs: list[np.ndarray]) -> list[OutputShape]:
+        main = self.model.main
+        with np.errstate(over="ignore"):  # float32 beyond float16's range rounds to inf
+            outs = [np.asarray(a).astype(dtype_of(main.operands[i].type), copy=False)
+                    for i, a in zip(main.output_indexes, outs, strict=True)]
+        if any(a.nbytes > arg.location.length for a, arg in zip(outs, request.outputs, strict=True)):
+            # The error (OUTPUT_INSUFFICIENT_SIZE) outlives the call: it must hold no view
+            # of a runtime buffer (LiteRT refuses to run while one exists).
+            outs = [np.array(a) for a in outs]
+        return write_outputs(self.model, request, outs)
 
 
 class CompiledDriver(Driver):
@@ -182,7 +192,15 @@ class CompiledDriver(Driver):
             return problem
         single = isolate_operation(wide, index)
         if not fully_specified(single):
-            return None  # probed again, with actual shapes, when it runs
+            # Known inputs, unknown outputs (dynamic output shapes): what the exporter or the
+            # kernels decide may depend on the output shapes, which follow from the inputs.
+            sg = single.main
+            if not all(sg.operands[i].fully_specified for i in sg.input_indexes):
+                return None  # decided when it runs, with actual shapes
+            try:
+                single = specialize_shapes(single, [sg.operands[i].dimensions for i in sg.input_indexes])
+            except Exception:
+                return None  # not decidable before it runs: compiled (and judged) then
         key = _probe_key(single)
         with self._probe_lock:
             if key not in self._probes:

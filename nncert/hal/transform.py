@@ -101,7 +101,9 @@ def isolate_operation(model: Model, index: int) -> Model:
 
 
 def fully_specified(model: Model) -> bool:
-    return all(o.fully_specified for o in model.main.operands if o.type.is_tensor)
+    """Every tensor has known dimensions (omitted optional inputs have none to know)."""
+    return all(o.fully_specified for o in model.main.operands
+               if o.type.is_tensor and o.lifetime is not OperandLifeTime.NO_VALUE)
 
 
 class ShapeUnknown(Exception):  # noqa: N818 - a condition, reported by the caller

@@ -2,7 +2,7 @@
 
 A driver package may ship ``expectations.toml`` beside its ``__init__.py``; a vendor can
 pass more files with ``--expectations``. Each ``[[xfail]]`` entry names the tests it covers
-with a glob on the pytest node id (``*`` and ``?`` are the only wildcards), why they fail,
+with globs on the pytest node id (``*`` and ``?`` are the only wildcards), why they fail,
 how big the discrepancy is and how to reproduce it; ``when`` restricts it to some driver
 options, matched against the spec's options over the file's ``[defaults]``. A covered test
 that passes is an error (strict), so an entry goes as soon as the runtime is fixed; nothing
@@ -13,7 +13,8 @@ is hidden by a tolerance.
 kernels = "xnnpack"
 
 [[xfail]]
-test = "conformance/test_operations.py::test_operation[SOFTMAX-quant8_asymm_signed-*]"
+test = ["conformance/test_operations.py::test_operation[SOFTMAX-quant8_asymm_signed-*]",
+        "conformance/test_execution.py::*[SOFTMAX-quant8_asymm_signed-*]"]
 when = ["kernels=ref"]
 reason = "the reference SOFTMAX aborts on an int8 input of scale 1e-8"
 magnitude = "process abort (SIGABRT)"
@@ -42,7 +43,7 @@ class ExpectationsError(ValueError):
 
 @dataclass(frozen=True)
 class Expectation:
-    test: str
+    tests: tuple[str, ...]
     reason: str
     when: tuple[str, ...] = ()
     reproduce: str = ""
@@ -52,7 +53,7 @@ class Expectation:
 
     def covers(self, nodeid: str) -> bool:
         # Only * and ? are wildcards: node ids are full of brackets.
-        return fnmatch.fnmatchcase(nodeid, self.test.replace("[", "[[]"))
+        return any(fnmatch.fnmatchcase(nodeid, t.replace("[", "[[]")) for t in self.tests)
 
     def applies(self, options: dict[str, str]) -> bool:
         return all(options.get(k) == v for k, _, v in (w.partition("=") for w in self.when))
@@ -109,15 +110,19 @@ def load_file(path: Path, spec: str) -> list[Expectation]:
         if unknown:
             raise ExpectationsError(f"{where}: unknown key {sorted(unknown)[0]!r} "
                                     f"(known: {', '.join(sorted(_KEYS))})")
-        for key in ("test", "reason"):
-            if not isinstance(entry.get(key), str) or not entry[key].strip():
-                raise ExpectationsError(f"{where}: {key!r} is required and must be a string")
+        tests = entry.get("test")
+        if isinstance(tests, str):
+            tests = [tests]
+        if not tests or not isinstance(tests, list) or not all(isinstance(t, str) and t for t in tests):
+            raise ExpectationsError(f"{where}: 'test' is required: a node-id glob or a list of them")
+        if not isinstance(entry.get("reason"), str) or not entry["reason"].strip():
+            raise ExpectationsError(f"{where}: 'reason' is required and must be a string")
         when = entry.get("when", [])
         if isinstance(when, str):
             when = [when]
         if not isinstance(when, list) or not all(isinstance(w, str) and "=" in w for w in when):
             raise ExpectationsError(f"{where}: 'when' must be a list of KEY=VALUE strings")
-        exp = Expectation(entry["test"], entry["reason"].strip(), tuple(when),
+        exp = Expectation(tuple(tests), entry["reason"].strip(), tuple(when),
                           str(entry.get("reproduce", "")), str(entry.get("magnitude", "")),
                           str(entry.get("agrees_with", "")), f"{path.name}#{n}")
         if exp.applies(options):

@@ -1,0 +1,138 @@
+"""The real drivers (LiteRT, ONNX Runtime): options, honest supported operations, measured
+capabilities, isolation from a runtime that aborts, and the conformance suites with their
+expectations files (seed 0 here; every seed and suite under ``-m slow``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nncert.drivers import DriverSpecError, load_driver
+from nncert.drivers import measure as measure_mod
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.errors import DriverFault
+from nncert.hal.transform import widen_float16
+from nncert.hal.types import OperandType as T
+from nncert.hal.types import OperationType as O
+from nncert.testing.cases import enumerate_cases, sample_case
+
+pytest.importorskip("ai_edge_litert")
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ["litert", "litert:kernels=builtin", "litert:kernels=ref", "onnxruntime",
+         "onnxruntime:opt_level=disable", "onnxruntime:quant=qlinear"]
+
+
+@pytest.mark.parametrize(("spec", "complaint"), [
+    ("litert:kernels=fast", "kernels='fast' is not one of xnnpack, builtin, ref"),
+    ("litert:threads=0", "threads='0' must be a positive integer"),
+    ("litert:delegate=/no/such/delegate.so", "cannot be loaded"),
+    ("litert:colour=red", "colour"),
+    ("onnxruntime:provider=NoSuchProvider", "NoSuchProvider"),
+    ("onnxruntime:opt_level=max", "opt_level"),
+])
+def test_bad_options_are_one_line_errors(spec, complaint):
+    with pytest.raises(DriverSpecError) as e:
+        load_driver(spec)
+    assert complaint in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_options_on_the_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_execution.py", "-q",
+                           "--driver=litert:kernels=fast"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr
+    assert "kernels='fast'" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def seed0_models():
+    return [sample_case(*k).model() for k in enumerate_cases((0,))]
+
+
+@pytest.mark.req("DRV-2")
+@pytest.mark.parametrize("spec", ["litert", "litert:kernels=ref", "onnxruntime"])
+def test_at_least_60_operations_are_claimed(spec, seed0_models):
+    driver = load_driver(spec)
+    claimed, declined = set(), {}
+    for model, _ in seed0_models:
+        flags = driver.supported_operations(model)
+        for n, (op, ok) in enumerate(zip(model.main.operations, flags, strict=True)):
+            if ok:
+                claimed.add(op.type)
+            else:
+                declined.setdefault(op.type, driver.why_unsupported(widen_float16(model), n))
+    assert len(claimed) >= 60, f"{spec} claims {len(claimed)} operations"
+    # Every decline says why.
+    assert all(declined.values()), declined
+
+
+def _softmax_int8(scale: float):
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (1, 4), scale, 0)
+    out = b.operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (1, 4), 1 / 256, -128)
+    b.operation(O.SOFTMAX, [x, b.constant(T.FLOAT32, 1.0)], [out])
+    return b.build([x], [out])
+
+
+@pytest.mark.req("MLTS-2")
+def test_a_runtime_abort_is_a_crash_of_the_hosted_driver_only():
+    """LiteRT's reference kernels abort the process on an int8 SOFTMAX whose input scale is
+    1e-8 (when the kernel is prepared: here, the supported-operations probe). Hosted as a
+    service, that is the driver's CRASH; the session and the next model carry on."""
+    driver = load_driver("service:litert:kernels=ref")
+    try:
+        with pytest.raises(DriverFault) as e:
+            driver.supported_operations(_softmax_int8(1e-8))
+        assert e.value.outcome == "CRASH" and "SIGABRT" in str(e.value)
+        driver.restart()
+        model = _softmax_int8(0.1)
+        assert driver.supported_operations(model) == [True]
+        request = build_request(model, [np.array([[1, 2, 3, 4]], np.int8)], [(1, 4)])
+        driver.prepare_model(model).execute_synchronously(request)
+        got = read_outputs(model, request, [(1, 4)])[0]
+        assert np.all(np.diff(got.astype(int)) >= 0)
+    finally:
+        driver.close()
+    # The optimised kernels take the same model.
+    assert load_driver("litert").supported_operations(_softmax_int8(1e-8)) == [True]
+
+
+@pytest.mark.req("DRV-1")
+@pytest.mark.parametrize("spec", ["litert", "onnxruntime"])
+def test_capabilities_are_measured_and_stable(spec, tmp_path, monkeypatch):
+    monkeypatch.setenv("NNCERT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(measure_mod, "_memo", {})
+    driver = load_driver(spec)
+    caps = driver.capabilities()
+    assert caps == driver.capabilities()
+    stored = json.loads((tmp_path / "capabilities.json").read_text())[driver.version_string()]
+    assert set(stored) == {"float32", "float16", "int32", "quant8_asymm", "quant8_asymm_signed", "relaxed"}
+    assert all(v is not None and 0 < v < 100 for v in stored.values()), stored
+    assert caps.operand_performance[T.TENSOR_FLOAT32].exec_time == stored["float32"]
+
+
+def _conformance(spec: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"--driver={spec}", "--no-three-way", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+
+
+@pytest.mark.req("DRV-2", "ACC-1", "ACC-2", "ACC-3")
+@pytest.mark.parametrize("spec", ["litert", "litert:kernels=ref", "onnxruntime"])
+def test_per_operation_suite_seed0_has_no_unexpected_failure(spec):
+    proc = _conformance(spec, "conformance/test_operations.py::test_operation", "-k", "s0")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", SPECS)
+def test_whole_conformance_suite_has_no_unexpected_failure(spec):
+    proc = _conformance(f"service:{spec}", "conformance")
+    assert proc.returncode == 0, proc.stdout[-3000:]
