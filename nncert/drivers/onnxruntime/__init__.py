@@ -1,0 +1,125 @@
+"""The ONNX Runtime driver: HAL models exported to ONNX (``export.py``) and run by an
+``onnxruntime.InferenceSession``.
+
+Options (strings, from a spec such as ``onnxruntime:opt_level=basic,threads=2``):
+
+- ``provider``: an execution provider onnxruntime offers (default CPUExecutionProvider);
+- ``opt_level``: graph optimisation level, disable | basic | extended | layout | all;
+- ``threads``: intra-op threads (default 1);
+- ``quant``: how quantised operations are expressed: ``qdq`` (DequantizeLinear -> float
+  operation -> QuantizeLinear, which ORT fuses into quantised kernels at its higher levels)
+  or ``qlinear`` (QLinearConv and the com.microsoft QLinear* kernels where they exist, QDQ
+  otherwise).
+
+onnx and onnxruntime are imported when a driver is made, never by ``import nncert.drivers``.
+Sessions are quiet (warnings off) and deterministic (``use_deterministic_compute``, one
+inter-op thread, sequential execution).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.hal.model import Model
+from nncert.hal.transform import isolate_operation
+from nncert.hal.types import DeviceType
+
+OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+QUANT_MODES = ("qdq", "qlinear")
+
+
+class OrtExecutable:
+    def __init__(self, session, input_names: list[str]) -> None:
+        self.session = session
+        self.input_names = input_names
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(None, dict(zip(self.input_names, inputs, strict=True)))
+
+
+class OnnxRuntimeDriver(CompiledDriver):
+    name = "onnxruntime"
+    device_type = DeviceType.CPU
+
+    def __init__(self, provider: str = "CPUExecutionProvider", opt_level: str = "all",
+                 threads: str = "1", quant: str = "qdq") -> None:
+        super().__init__()
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        if provider not in available:
+            raise ValueError(f"onnxruntime option provider={provider!r}: allowed values are "
+                             f"{', '.join(available)}")
+        levels = {k: getattr(ort.GraphOptimizationLevel, v) for k, v in OPT_LEVELS.items()
+                  if hasattr(ort.GraphOptimizationLevel, v)}
+        if opt_level not in levels:
+            raise ValueError(f"onnxruntime option opt_level={opt_level!r}: allowed values are "
+                             f"{', '.join(levels)}")
+        try:
+            n_threads = int(threads)
+        except ValueError:
+            n_threads = -1
+        if n_threads < 1:
+            raise ValueError(f"onnxruntime option threads={threads!r}: allowed values are "
+                             f"integers >= 1")
+        if quant not in QUANT_MODES:
+            raise ValueError(f"onnxruntime option quant={quant!r}: allowed values are "
+                             f"{', '.join(QUANT_MODES)}")
+        ort.set_default_logger_severity(3)  # kernels log through the default logger
+        self._ort = ort
+        self.provider = provider
+        self.opt_level = opt_level
+        self._level = levels[opt_level]
+        self.threads = n_threads
+        self.quant = quant
+        self.runtime = f"onnxruntime {ort.__version__}"
+
+    def options_label(self) -> str:
+        return (f"provider={self.provider}, opt_level={self.opt_level}, threads={self.threads}, "
+                f"quant={self.quant}")
+
+    def operation_problem(self, model: Model, index: int) -> str | None:
+        """The exporter's reason for the operation alone (its type, a parameter that is not a
+        constant, a combination ONNX cannot express), or None."""
+        from nncert.drivers.onnxruntime.export import export, operation_problem
+
+        problem = operation_problem(model, index)
+        if problem:
+            return problem
+        single = isolate_operation(model, index)
+        if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
+            return None  # the exporter needs dimensions; decided when it runs
+        try:
+            export(single, self.quant)
+        except Unmappable as e:
+            return str(e)
+        return None
+
+    def session_options(self):
+        ort = self._ort
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = self._level
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.use_deterministic_compute = True
+        return so
+
+    def compile(self, model: Model) -> OrtExecutable:
+        from nncert.drivers.onnxruntime.export import export
+
+        proto = export(model, self.quant)
+        session = self._ort.InferenceSession(proto.SerializeToString(), self.session_options(),
+                                             providers=[self.provider])
+        return OrtExecutable(session, [i.name for i in proto.graph.input])
+
+
+__all__ = ["OnnxRuntimeDriver"]
