@@ -167,7 +167,7 @@ def test_fenced_execution_waits_for_its_fences_and_times_them(driver):
     _check_timing(fenced, True, "fenced timingFenced")
     if launched.time_in_driver != NO_TIMING:
         assert launched.time_in_driver >= waited * 0.99e6, \
-            f"EXE-8: timingLaunched {launched.time_in_driver} us excludes the {waited * 1e6:.0f} us fence wait"
+            f"EXE-8: timingLaunched {launched.time_in_driver} us excludes the {waited * 1e6:.0f} us wait"
         if fenced.time_in_driver != NO_TIMING:
             assert fenced.time_in_driver <= launched.time_in_driver, \
                 "EXE-8: timingFenced must not exceed timingLaunched"

@@ -40,7 +40,7 @@ when = ["kernels=xnnpack"]
 [[xfail]]
 test = "b::*"
 reason = "only with reference kernels"
-when = "kernels=ref"
+when = "kernels=ref|builtin"
 
 [[xfail]]
 test = ["c::*", "d::x"]

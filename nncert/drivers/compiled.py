@@ -68,6 +68,8 @@ class Executable(Protocol):
 
 #: Compiled variants kept per prepared model with dynamic shapes.
 SHAPE_CACHE = 8
+#: Probe results a driver keeps before it starts afresh.
+PROBE_CACHE = 20000
 
 
 class CompiledPreparedModel(PreparedModel):
@@ -204,6 +206,8 @@ class CompiledDriver(Driver):
         key = _probe_key(single)
         with self._probe_lock:
             if key not in self._probes:
+                if len(self._probes) >= PROBE_CACHE:  # a fuzz campaign's endless variety
+                    self._probes.clear()
                 try:
                     self.compile(single)
                     self._probes[key] = None

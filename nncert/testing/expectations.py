@@ -56,7 +56,8 @@ class Expectation:
         return any(fnmatch.fnmatchcase(nodeid, t.replace("[", "[[]")) for t in self.tests)
 
     def applies(self, options: dict[str, str]) -> bool:
-        return all(options.get(k) == v for k, _, v in (w.partition("=") for w in self.when))
+        """Every KEY=VALUE of ``when`` holds (VALUE may list alternatives: a|b)."""
+        return all(options.get(k) in v.split("|") for k, _, v in (w.partition("=") for w in self.when))
 
     def describe(self) -> str:
         text = self.reason

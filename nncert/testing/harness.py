@@ -92,10 +92,15 @@ def prepare_claimed(driver: Driver, model: Model) -> PreparedModel:
 
 
 def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], model: Model,
-                  relaxed: bool = False) -> None:
+                  relaxed: bool = False, feeds: Sequence[np.ndarray] | None = None) -> None:
+    """Fail on outputs outside the tolerance; with the model's ``feeds``, the failure carries
+    the three-way verdict of the peer runtimes (when triage is on)."""
     problems = output_mismatches(model, expected, actual, relaxed)
     if problems:
-        pytest.fail("; ".join(str(m) for m in problems))
+        message = "; ".join(str(m) for m in problems)
+        if feeds is not None:
+            message += three_way(model, feeds, expected, actual, relaxed)
+        pytest.fail(message)
 
 
 def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
@@ -128,14 +133,14 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     return None
 
 
-def _three_way(case: OpCase, variation: str, error: CaseError) -> str:
+def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+              actual: Sequence[np.ndarray] | None, relaxed: bool = False) -> str:
+    """The line of the three-way verdict for a failing case, or "" (triage off or spent)."""
     from nncert.testing import triage
 
     if triage.ACTIVE is None:
         return ""
-    model, feeds = case.model(variation)
-    verdict = triage.ACTIVE.verdict(model, feeds, case.expected, error.outputs,
-                                    relaxed=variation == "relaxed")
+    verdict = triage.ACTIVE.verdict(model, feeds, expected, actual, relaxed)
     return "" if verdict is None else f"\n{verdict.summary}"
 
 
@@ -146,6 +151,7 @@ def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = 
     try:
         reason = check_case(driver, case, variation, path, pool_kind)
     except CaseError as e:
-        pytest.fail(f"{e}{_three_way(case, variation, e)}")
+        model, feeds = case.model(variation)
+        pytest.fail(f"{e}{three_way(model, feeds, case.expected, e.outputs, variation == 'relaxed')}")
     if reason:
         pytest.skip(reason)

@@ -67,20 +67,19 @@ class Verdict:
                 "peers": {p.peer: {"verdict": p.verdict, "detail": p.detail} for p in self.peers}}
 
 
-def base_name(spec: str) -> str:
-    from nncert.testing.expectations import hosted_spec
-    return hosted_spec(spec).partition(":")[0]
-
-
 class Triage:
-    """Replays failing cases on the peer runtimes (at most ``budget`` cases a session)."""
+    """Replays failing cases on the peer runtimes (at most ``budget`` cases a session). A peer
+    whose default spec is the driver under test itself is left out (``litert:kernels=ref``
+    is judged by ``litert`` and ``onnxruntime``)."""
 
     def __init__(self, driver_spec: str, budget: int = 200,
                  peers: Sequence[str] | None = None) -> None:
-        under_test = base_name(driver_spec)
+        from nncert.testing.expectations import hosted_spec
+
+        under_test = hosted_spec(driver_spec)
         names = list(PEERS) if peers is None else list(peers)
         self.driver_name = under_test
-        self.peer_names = [n for n in names if n != under_test and
+        self.peer_names = [n for n in names if hosted_spec(PEERS[n][0]) != under_test and
                            importlib.util.find_spec(PEERS[n][1]) is not None]
         self.budget = budget
         self._drivers: dict[str, object] = {}
