@@ -108,30 +108,38 @@ class CompiledPreparedModel(PreparedModel):
         start = time.monotonic_ns()
         validate_request(request, self.model)
         check_deadline(deadline, "execution")
-        inputs = read_inputs(self.model, request)
-        if any(a is None for a in inputs):
-            raise HalError(ErrorStatus.GENERAL_FAILURE,
-                           f"{self.driver.name} does not support omitted model inputs")
         main = self.wide.main
-        feeds = [np.ascontiguousarray(a, dtype=dtype_of(main.operands[i].type))
-                 for i, a in zip(main.input_indexes, inputs, strict=True)]
-        with self._lock:
-            try:
-                exe = self._executable(feeds)
-            except HalError:
-                raise
-            except Exception as e:
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name} cannot compile "
-                               f"for these input shapes: {type(e).__name__}: {e}") from None
-            device_start = time.monotonic_ns()
-            try:
-                outs = exe.run(feeds)
-            except Exception as e:
+        types = [dtype_of(main.operands[i].type) for i in main.input_indexes]
+        # Views of the pools, copied once, straight into the runtime (no error may keep them).
+        inputs = read_inputs(self.model, request, copy=False)
+        failure: HalError | None = None
+        try:
+            if any(a is None for a in inputs):
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
-                               f"{self.driver.name} execution failed: {type(e).__name__}: {e}") from None
-            device_ns = time.monotonic_ns() - device_start
-            # Still under the lock: the outputs may be views of the runtime's buffers.
-            shapes = self._write(request, outs)
+                               f"{self.driver.name} does not support omitted model inputs")
+            feeds = [a if a.dtype == t else a.astype(t) for a, t in zip(inputs, types, strict=True)]
+            with self._lock:
+                exe = self._executable(feeds)
+                device_start = time.monotonic_ns()
+                try:
+                    outs = exe.run(feeds)
+                except Exception as e:
+                    raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name} execution "
+                                   f"failed: {type(e).__name__}: {e}") from None
+                device_ns = time.monotonic_ns() - device_start
+                # Still under the lock: the outputs may be views of the runtime's buffers.
+                shapes = self._write(request, outs)
+        except HalError as e:
+            failure = e
+        except Exception as e:
+            failure = HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name} cannot compile for "
+                                                            f"these input shapes: {type(e).__name__}: {e}")
+        finally:
+            inputs = feeds = outs = None
+        if failure is not None:
+            failure.__context__ = failure.__cause__ = None
+            failure.__traceback__ = None
+            raise failure
         return shapes, timing_for(MeasureTiming(measure), start, device_ns)
 
     def _write(self, request: Request, outs: list[np.ndarray]) -> list[OutputShape]:

@@ -6,6 +6,7 @@ request (EXE-6) and OUTPUT_INSUFFICIENT_SIZE (EXE-5) are handled the same way ev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,25 +24,38 @@ def _pool_view(request: Request, arg: RequestArgument, what: str) -> memoryview:
     return pool.view()
 
 
-def read_inputs(model: Model, request: Request) -> list[np.ndarray | None]:
-    """The request's inputs as arrays (None for has_no_value). Assumes validate_request passed."""
-    values: list[np.ndarray | None] = []
+def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.ndarray | None]:
+    """The request's inputs as arrays (None for has_no_value). Assumes validate_request passed.
+
+    ``copy=False`` gives views of the pools instead, for a caller that copies them into its
+    runtime at once: they must not outlive the call (a pool cannot close while viewed)."""
+    plan: list[tuple[memoryview, int, np.dtype, tuple[int, ...], int] | None] = []
     for i, (idx, arg) in enumerate(zip(model.main.input_indexes, request.inputs, strict=True)):
         if arg.has_no_value:
-            values.append(None)
+            plan.append(None)
             continue
         operand = model.main.operands[idx]
         dims = tuple(arg.dimensions) or operand.dimensions
         if not operand.type.is_scalar and (not dims or 0 in dims):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request input {i}: shape not fully specified")
         dtype = dtype_of(operand.type)
-        loc = arg.location
-        raw = bytes(_pool_view(request, arg, f"request input {i}")[loc.offset:loc.offset + loc.length])
-        n = int(np.prod(dims)) if dims else 1
-        if len(raw) != n * dtype.itemsize:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"request input {i}: {len(raw)} bytes for {n} elements of {operand.type.name}")
-        values.append(np.frombuffer(raw, dtype=dtype).reshape(dims if not operand.type.is_scalar else ()))
+        n = math.prod(dims) if dims else 1
+        if arg.location.length != n * dtype.itemsize:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request input {i}: {arg.location.length} "
+                                                         f"bytes for {n} elements of {operand.type.name}")
+        view = _pool_view(request, arg, f"request input {i}")
+        plan.append((view, arg.location.offset, dtype, () if operand.type.is_scalar else dims, n))
+    # Every check is done: no error can now leave a view of a pool behind.
+    values: list[np.ndarray | None] = []
+    for item in plan:
+        if item is None:
+            values.append(None)
+            continue
+        view, offset, dtype, dims, n = item
+        arr = np.frombuffer(view, dtype, n, offset)
+        if copy:
+            arr = arr.copy()
+        values.append(arr.reshape(dims))
     return values
 
 
@@ -55,7 +69,8 @@ def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray])
         small = [i for i, s in enumerate(shapes) if not s.is_sufficient]
         raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, f"output buffers too small: {small}", shapes)
     for i, (arg, value) in enumerate(zip(request.outputs, outputs, strict=True)):
-        data = np.ascontiguousarray(value).tobytes()
-        off = arg.location.offset
-        _pool_view(request, arg, f"request output {i}")[off:off + len(data)] = data
+        value = np.ascontiguousarray(value)
+        view = _pool_view(request, arg, f"request output {i}")
+        # One copy, straight into the pool.
+        np.frombuffer(view, np.uint8, value.nbytes, arg.location.offset)[:] = value.reshape(-1).view(np.uint8)
     return shapes
