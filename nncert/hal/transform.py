@@ -117,7 +117,7 @@ def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) 
     operation rejects (INVALID_ARGUMENT at run time)."""
     from nncert.ops import get  # the catalogue imports the HAL; import late
     from nncert.ops.base import ShapeError
-    from nncert.ops.evaluate import output_shapes
+    from nncert.ops.evaluate import known_inputs, output_shapes
 
     sg = model.main
     operands = [dataclasses.replace(o) for o in sg.operands]
@@ -129,11 +129,12 @@ def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) 
         if all(operands[i].fully_specified for i in op.outputs):
             continue
         record = get(op.type)
-        ins = [None if operands[i].lifetime is OperandLifeTime.NO_VALUE else operands[i] for i in op.inputs]
-        vals = [_kernel_value(record, operands[i], consts.get(i)) for i in op.inputs]
+        if record is None:
+            raise ShapeUnknown(f"operation {n} ({op.type.name}) has no shape rule")
+        ins, vals = known_inputs(record, model, operands, op.inputs)  # original locations
         outs = [operands[i] for i in op.outputs]
         try:
-            shapes = None if record is None else output_shapes(record, ins, vals, outs)
+            shapes = output_shapes(record, ins, vals, outs)
         except ShapeError as e:
             raise ValueError(f"operation {n} ({op.type.name}): {e}") from None
         if shapes is None:
@@ -143,14 +144,3 @@ def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) 
             operands[i].dimensions = tuple(dims)
     return _pack(model, operands, consts, sg.operations, sg.input_indexes, sg.output_indexes)
 
-
-def _kernel_value(record, operand: Operand, raw: np.ndarray | None):
-    """A constant as shape rules see it: scalars as numbers, tensors real when the record
-    dequantizes (as the validator passes them)."""
-    from nncert.ops.base import to_real
-
-    if raw is None or record is None:
-        return None
-    if operand.type.is_scalar:
-        return raw.item()
-    return to_real(raw, operand) if record.dequantize else raw

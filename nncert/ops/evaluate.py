@@ -60,6 +60,32 @@ def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[An
     return OpContext(record, m, inputs, values, outputs)
 
 
+def known_inputs(record: OpRecord, model: Any, operands: Sequence[Operand],
+                 inputs: Sequence[int]) -> tuple[list[Operand | None], list[Any]]:
+    """An operation's input operands (None where omitted) and what its shape rule and kernel
+    would see of them before it runs: constants' values (scalars as numbers, tensors real
+    when the record dequantizes), None for everything else. ``model`` holds the constants."""
+    from nncert.hal.types import OperandLifeTime
+
+    ins: list[Operand | None] = []
+    vals: list[Any] = []
+    for i in inputs:
+        o = operands[i]
+        if o.lifetime is OperandLifeTime.NO_VALUE:
+            ins.append(None)
+            vals.append(None)
+            continue
+        ins.append(o)
+        raw = model.constant_value(o)
+        if raw is None:
+            vals.append(None)
+        elif o.type.is_scalar:
+            vals.append(raw.item())
+        else:
+            vals.append(to_real(raw, o) if record.dequantize else raw)
+    return ins, vals
+
+
 def instance_version(ctx: OpContext) -> Version:
     """The HAL version an operation instance needs: its variant's and newer optional inputs'
     (``match``), raised by the record's ``min_version`` rule where it has one."""

@@ -40,8 +40,8 @@ from nncert.hal.model import Model, Operand, dtype_of
 from nncert.hal.types import FusedActivationFunc, OperandLifeTime, OperationType
 from nncert.hal.types import OperandType as T
 from nncert.ops import get as get_record
-from nncert.ops.base import ShapeError, Unknown, match, to_real
-from nncert.ops.evaluate import bind
+from nncert.ops.base import ShapeError, Unknown, match
+from nncert.ops.evaluate import bind, known_inputs
 
 Op = OperationType
 OPSET = 21
@@ -198,23 +198,12 @@ class Emit:
         self.op = op
         self.record = get_record(op.type)
         self.spec = spec
-        ins = [None if g.operand(i).lifetime is OperandLifeTime.NO_VALUE else g.operand(i)
-               for i in op.inputs]
+        ins, vals = known_inputs(self.record, g.model, g.sg.operands, op.inputs)
         outs = [g.operand(i) for i in op.outputs]
         try:
             m = match(self.record, [None if o is None else o.type for o in ins], [o.type for o in outs])
         except ShapeError as e:
             raise Unmappable(str(e)) from None
-        vals = []
-        for o in ins:
-            if o is None or o.lifetime not in CONSTANT:
-                vals.append(None)
-                continue
-            raw = g.model.constant_value(o)
-            if o.type.is_scalar:
-                vals.append(raw.item())
-            else:
-                vals.append(to_real(raw, o) if self.record.dequantize else raw)
         self.ctx = bind(self.record, ins, vals, outs, m)  # NHWC view of shapes and values
         self.ins = ins
         self.outs = outs
