@@ -53,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--three-way", action=argparse.BooleanOptionalAction, default=True,
                     help="replay a failing per-operation case on the peer runtimes (LiteRT, ONNX Runtime, "
                          "out of process) and say which agree with the reference or the driver "
-                         "(default: on)")
+                         "(default: on; off under --isolate)")
     group.addoption("--three-way-budget", type=int, default=200, metavar="N",
                     help="triage at most N failing cases a session (default 200)")
     group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -89,7 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
             expectations.load(spec, config.getoption("expectations"))
     except (expectations.ExpectationsError, DriverSpecError) as e:
         raise pytest.UsageError(str(e)) from None
-    if config.getoption("three_way"):
+    # Under --isolate every test is a child that would start its own peers: off there.
+    if config.getoption("three_way") and not config.getoption("isolate"):
         triage.set_active(triage.Triage(spec, budget=config.getoption("three_way_budget")))
     for selector in config.getoption("req"):
         if not any(matches(r, selector) for r in REQUIREMENTS):
