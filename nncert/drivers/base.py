@@ -183,6 +183,21 @@ def check_deadline(deadline: Deadline, what: str) -> None:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {what}")
 
 
+def check_preparation(model: Model, preference: ExecutionPreference, priority: Priority,
+                      deadline: Deadline, version: Version) -> None:
+    """What prepare_model checks before compiling: its arguments (VAL-1) and the deadline."""
+    from nncert.hal.validation import (
+        validate_execution_preference,
+        validate_model,
+        validate_priority,
+    )
+
+    validate_execution_preference(preference)
+    validate_priority(priority)
+    validate_model(model, version)
+    check_deadline(deadline, "preparation")
+
+
 class PreparedModel:
     """Base of prepared models: subclasses implement ``execute_synchronously``."""
 
@@ -380,5 +395,6 @@ __all__ = [
     "PreparedModel",
     "SyncFence",
     "check_deadline",
+    "check_preparation",
     "timing_for",
 ]

@@ -35,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, timing_for
+from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
 from nncert.hal.errors import HalError
 from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
 from nncert.hal.request_io import read_inputs, write_outputs
@@ -48,9 +48,7 @@ from nncert.hal.transform import (
 )
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nncert.hal.validation import (
-    validate_execution_preference,
     validate_model,
-    validate_priority,
     validate_request,
 )
 
@@ -228,10 +226,7 @@ class CompiledDriver(Driver):
                       priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
                       model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
                       token: bytes | None = None) -> PreparedModel:
-        validate_execution_preference(preference)
-        validate_priority(priority)
-        validate_model(model, self.feature_level)
-        check_deadline(deadline, "preparation")
+        check_preparation(model, preference, priority, deadline, self.feature_level)
         wide = widen_float16(model)
         for n, op in enumerate(wide.main.operations):
             reason = self.why_unsupported(wide, n)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, timing_for
+from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
 from nncert.hal.errors import HalError
 from nncert.hal.model import Capabilities, Model, OutputShape, PerformanceInfo, Request, Timing
 from nncert.hal.request_io import read_inputs, write_outputs
@@ -19,12 +19,7 @@ from nncert.hal.types import (
     OperandType,
     Priority,
 )
-from nncert.hal.validation import (
-    validate_execution_preference,
-    validate_model,
-    validate_priority,
-    validate_request,
-)
+from nncert.hal.validation import validate_model, validate_request
 from nncert.ops import get
 from nncert.ops.interpreter import run_model
 
@@ -71,10 +66,7 @@ class ReferenceDriver(Driver):
                       priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
                       model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
                       token: bytes | None = None) -> PreparedModel:
-        validate_execution_preference(preference)
-        validate_priority(priority)
-        validate_model(model, self.feature_level)
-        check_deadline(deadline, "preparation")
+        check_preparation(model, preference, priority, deadline, self.feature_level)
         for n, op in enumerate(model.main.operations):
             if get(op.type) is None:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
