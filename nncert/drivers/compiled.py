@@ -40,6 +40,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
 from nncert.hal.request_io import read_inputs, write_outputs
 from nncert.hal.transform import (
+    CONSTANT,
     ShapeUnknown,
     fully_specified,
     isolate_operation,
@@ -47,10 +48,8 @@ from nncert.hal.transform import (
     widen_float16,
 )
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
-from nncert.hal.validation import (
-    validate_model,
-    validate_request,
-)
+from nncert.hal.types import OperandType as T
+from nncert.hal.validation import validate_model, validate_request
 
 
 class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter gives
@@ -71,10 +70,11 @@ PROBE_CACHE = 20000
 
 
 class CompiledPreparedModel(PreparedModel):
-    def __init__(self, driver: CompiledDriver, model: Model) -> None:
+    def __init__(self, driver: CompiledDriver, model: Model, wide: Model) -> None:
         self.driver = driver
         self.model = model  # the caller's types: requests are read and written with these
-        self.wide = widen_float16(model)
+        self.wide = wide  # float16 widened: what the runtime computes
+        self._in_types = [dtype_of(wide.main.operands[i].type) for i in wide.main.input_indexes]
         self._lock = threading.Lock()
         self._static: Executable | None = None
         self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
@@ -106,8 +106,6 @@ class CompiledPreparedModel(PreparedModel):
         start = time.monotonic_ns()
         validate_request(request, self.model)
         check_deadline(deadline, "execution")
-        main = self.wide.main
-        types = [dtype_of(main.operands[i].type) for i in main.input_indexes]
         # Views of the pools, copied once, straight into the runtime (no error may keep them).
         inputs = read_inputs(self.model, request, copy=False)
         failure: HalError | None = None
@@ -115,7 +113,7 @@ class CompiledPreparedModel(PreparedModel):
             if any(a is None for a in inputs):
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"{self.driver.name} does not support omitted model inputs")
-            feeds = [a if a.dtype == t else a.astype(t) for a, t in zip(inputs, types, strict=True)]
+            feeds = [a if a.dtype == t else a.astype(t) for a, t in zip(inputs, self._in_types, strict=True)]
             with self._lock:
                 exe = self._executable(feeds)
                 device_start = time.monotonic_ns()
@@ -227,6 +225,7 @@ class CompiledDriver(Driver):
                       model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
                       token: bytes | None = None) -> PreparedModel:
         check_preparation(model, preference, priority, deadline, self.feature_level)
+        model = model.copy()  # the caller may change its model afterwards
         wide = widen_float16(model)
         for n, op in enumerate(wide.main.operations):
             reason = self.why_unsupported(wide, n)
@@ -234,7 +233,7 @@ class CompiledDriver(Driver):
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"operation {n} ({op.type.name}) is not supported: {reason}")
         try:
-            return CompiledPreparedModel(self, model.copy())
+            return CompiledPreparedModel(self, model, wide)
         except HalError:
             raise
         except Exception as e:
@@ -246,9 +245,6 @@ def _probe_key(single: Model) -> bytes:
     """What decides whether a runtime takes an operation: its type, every operand's type,
     shape and quantisation, and the values of its parameters (scalars and small integer or
     boolean tensors such as axes, paddings and shapes; not the contents of weights)."""
-    from nncert.hal.transform import CONSTANT
-    from nncert.hal.types import OperandType as T
-
     h = hashlib.blake2b(digest_size=20)
     sg = single.main
     h.update(repr([(op.type, op.inputs, op.outputs) for op in sg.operations]).encode())

@@ -13,6 +13,7 @@ from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, MeasureTiming
+from nncert.testing import triage
 from nncert.testing.cases import OpCase
 from nncert.testing.criteria import output_mismatches
 
@@ -136,8 +137,6 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
 def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.ndarray],
               actual: Sequence[np.ndarray] | None, relaxed: bool = False) -> str:
     """The line of the three-way verdict for a failing case, or "" (triage off or spent)."""
-    from nncert.testing import triage
-
     if triage.ACTIVE is None:
         return ""
     verdict = triage.ACTIVE.verdict(model, feeds, expected, actual, relaxed)

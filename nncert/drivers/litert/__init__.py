@@ -61,6 +61,7 @@ class LiteRTExecutable:
         self.inputs = [d["index"] for d in interpreter.get_input_details()]
         self.outputs = [d["index"] for d in interpreter.get_output_details()]
         self.output_dims = output_dims
+        self._sizes = [int(np.prod(d)) for d in output_dims]
         # Views of the interpreter's output buffers (no copy; valid until the next invoke).
         self._views = [interpreter.tensor(i) for i in self.outputs]
 
@@ -69,10 +70,10 @@ class LiteRTExecutable:
             self.interp.set_tensor(idx, a)
         self.interp.invoke()
         outs = []
-        for view, dims in zip(self._views, self.output_dims, strict=True):
+        for view, dims, size in zip(self._views, self.output_dims, self._sizes, strict=True):
             a = view()
             # TFLite gives rank 0 where NNAPI has [1] (a reduction over every axis)
-            outs.append(a.reshape(dims) if a.size == int(np.prod(dims)) else a)
+            outs.append(a.reshape(dims) if a.size == size else a)
         return outs
 
 
