@@ -1,5 +1,5 @@
-"""The ``nncert`` command line: ``ops``, ``drivers`` and ``mlts stress`` (more subcommands
-land with their suites).
+"""The ``nncert`` command line: ``ops``, ``drivers``, ``graphs``, ``repro`` and ``mlts stress``
+(more subcommands land with their suites).
 
 Bad input (an unknown driver, a malformed option) gives a one-line error and exit status 2,
 never a traceback.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -138,6 +139,118 @@ def _add_mlts(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_mlts_stress)
 
 
+def _graph_cells(args: argparse.Namespace) -> list:
+    from nncert.testing.graphs import KINDS, TYPES, Cell, matrix
+
+    if args.cell:
+        try:
+            return [Cell.parse(label) for label in args.cell]
+        except ValueError as e:
+            raise UsageError(f"--cell: {e}") from None
+    cells = matrix(quantised=not args.cts_types)
+    kinds = args.kind.split(",") if args.kind else list(KINDS)
+    types = args.type.split(",") if args.type else list(TYPES)
+    for what, given, known in (("--kind", kinds, KINDS), ("--type", types, TYPES)):
+        bad = [k for k in given if k not in known]
+        if bad:
+            raise UsageError(f"{what}: unknown {', '.join(bad)}; known: {', '.join(known)}")
+    return [c for c in cells if c.kind in kinds and (c.kind == "single" or c.type in types)]
+
+
+def _cmd_graphs(args: argparse.Namespace) -> int:
+    from nncert.drivers import load_driver
+    from nncert.testing import random_graphs as rg
+
+    cells = _graph_cells(args)
+    if args.graphs < 1:
+        raise UsageError("--graphs must be at least 1")
+    out = Path(args.out)
+    driver = load_driver(args.driver)
+    failures = []
+    totals = {"passed": 0, "declined": 0}
+
+    def progress(r: rg.CellResult, i: int, n: int) -> None:
+        totals["passed"] += r.passed
+        totals["declined"] += r.declined
+        state = "FAIL" if r.failure else "ok"
+        print(f"[{i}/{n}] {r.cell.label:<40} {state:<4} passed {r.passed} declined {r.declined} "
+              f"({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+        if r.failure:
+            f = r.failure
+            if not args.no_triage:
+                f.verdict = rg.triage(f, args.driver)
+            path = rg.dump(f, out, args.driver)
+            failures.append(f)
+            print(f"  {f.headline}", file=sys.stderr)
+            if f.verdict:
+                print(f"  {f.verdict['summary']}", file=sys.stderr)
+            print(f"  spec: {path}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    try:
+        rg.run_cells(driver, cells, args.seed, args.graphs, shrink=not args.no_shrink, progress=progress)
+    finally:
+        driver.close()
+    seconds = time.perf_counter() - started
+    print(f"{len(cells)} cells, {totals['passed'] + totals['declined'] + len(failures)} graphs: "
+          f"{totals['passed']} passed, {totals['declined']} declined, {len(failures)} failed "
+          f"({seconds:.1f} s, seed {args.seed})")
+    for f in failures:
+        print(f"FAIL {f.headline}\n  replay: nncert repro {f.spec_path} --driver {args.driver}")
+    return 1 if failures else 0
+
+
+def _cmd_repro(args: argparse.Namespace) -> int:
+    from nncert.drivers import load_driver
+    from nncert.testing.graphs import SpecError, load_spec
+    from nncert.testing.random_graphs import run
+
+    try:
+        graph, doc = load_spec(args.file)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    driver = load_driver(args.driver)
+    try:
+        outcome = run(driver, graph)
+    finally:
+        driver.close()
+    print(graph.describe())
+    verdict = {"passed": "PASS", "failed": "FAIL", "declined": "DECLINED"}[outcome.status]
+    detail = "; ".join(outcome.reasons)
+    print(f"{verdict}: {args.driver} on {args.file} ({len(graph.ops)} operations, "
+          f"{graph.criterion_class} criteria){': ' + detail if detail else ''}")
+    recorded = (doc.get("verdict") or {}).get("summary")
+    if recorded:
+        print(f"recorded {recorded}")
+    return {"passed": 0, "failed": 1, "declined": 3}[outcome.status]
+
+
+def _add_graphs(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("graphs", help="random-graph testing (ACC-5): hypothesis graphs judged by the "
+                       "CTS criteria; failures shrunk and written as spec files")
+    p.add_argument("--driver", default="reference", metavar="SPEC",
+                   help="driver under test (default: reference)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the whole run (default: 0)")
+    p.add_argument("--graphs", type=int, default=50, metavar="N",
+                   help="graphs per cell (default: 50, the CTS's)")
+    p.add_argument("--kind", metavar="A,B", help="single, small and/or large (default: all: the CTS matrix)")
+    p.add_argument("--type", metavar="A,B", help="graph data types of small/large cells (default: all)")
+    p.add_argument("--cts-types", action="store_true",
+                   help="leave out the quantised graph types, as the CTS does")
+    p.add_argument("--cell", action="append", metavar="LABEL",
+                   help="run only this cell (single-OP-VERSION or small|large-TYPE-rankN); repeatable")
+    p.add_argument("--out", default="nncert-graphs", metavar="DIR",
+                   help="where failing graphs are written as spec files (default: nncert-graphs)")
+    p.add_argument("--no-triage", action="store_true", help="do not replay failures on the peer runtimes")
+    p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
+    p.set_defaults(func=_cmd_graphs)
+    p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver")
+    p.add_argument("file", help="the spec file")
+    p.add_argument("--driver", default="reference", metavar="SPEC",
+                   help="driver to replay on (default: reference)")
+    p.set_defaults(func=_cmd_repro)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nncert", description="Conformance, fuzz and accuracy "
                      "testing for neural-network accelerator drivers.")
@@ -150,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", metavar="SPEC", help="also load this driver spec and report it")
     p.set_defaults(func=_cmd_drivers)
     _add_mlts(sub)
+    _add_graphs(sub)
     return parser
 
 

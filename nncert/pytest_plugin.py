@@ -56,6 +56,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: on; off under --isolate)")
     group.addoption("--three-way-budget", type=int, default=200, metavar="N",
                     help="triage at most N failing cases a session (default 200)")
+    group.addoption("--seed", type=int, default=0, metavar="N",
+                    help="seed of the random-graph suite (ACC-5; default 0)")
+    group.addoption("--graphs", type=int, default=10, metavar="N",
+                    help="random graphs per cell of the random-graph suite (default 10; the CTS "
+                         "runs 50: `nncert graphs` does)")
+    group.addoption("--graph-dir", default="nncert-graphs", metavar="DIR",
+                    help="where failing random graphs are written as spec files (default nncert-graphs)")
+    group.addoption("--shrink-budget", type=float, default=120.0, metavar="SECONDS",
+                    help="time a session may spend shrinking failing random graphs; failures past "
+                         "it are reported as generated (default 120)")
     group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="with --isolate: kill a test that has not finished after this long, as a "
                          "HANG (setup and teardown included; default 60)")

@@ -60,7 +60,7 @@ def _unary_sampler(span: float, params: dict[str, tuple[float, float]]) -> Calla
     quantised inputs span their type's range at the case's scale."""
 
     def sample(s: SampleContext) -> None:
-        dims = s.dims(s.draw.int(1, 4))
+        dims = s.dims()
         value = None if s.type("input").is_quant else s.draw.array(dims, -span, span)
         s.tensor("input", dims, value)
         for name, (lo, hi) in params.items():

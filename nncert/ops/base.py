@@ -215,6 +215,10 @@ class OpRecord:
     min_version: Callable[[OpContext], Version] | None = None
     #: 4-element shape-vector inputs written in the operation's layout (NCHW when it is).
     layout_vectors: tuple[str, ...] = ()
+    #: The output is a discontinuous function of float inputs (rounding): random graphs
+    #: feed it only exactly computed values (ACC-5). Operations whose output type is
+    #: integer or boolean from float or quantised inputs are treated so without the flag.
+    discrete: bool = False
     doc: str = ""
 
     @property
@@ -466,6 +470,10 @@ class Draw:
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
 
+    def fork(self) -> Draw:
+        """The Draw for one part of a larger draw (a graph's next operation): this one."""
+        return self
+
     def int(self, lo: int, hi: int) -> int:
         """An integer in [lo, hi]."""
         return int(self.rng.integers(lo, hi + 1))
@@ -498,6 +506,10 @@ class SampledInput:
     omitted: bool = False
 
 
+#: (context, rank or None, lo, hi) -> dimensions to use, or None to draw them.
+Steer = Callable[["SampleContext", "int | None", int, int], "tuple[int, ...] | None"]
+
+
 class SampleContext:
     """What a record's ``sample`` function fills in: the shapes and parameters of one case.
 
@@ -506,20 +518,38 @@ class SampleContext:
     """
 
     def __init__(self, record: OpRecord, signature: Signature, variant: Variant, draw: Draw,
-                 max_elements: int = 2048) -> None:
+                 max_elements: int = 2048, *, dim_hi: int = 5, ranks: tuple[int, int] = (1, 4),
+                 steer: Steer | None = None) -> None:
         self.record = record
         self.signature = signature
         self.variant = variant
         self.draw = draw
         self.max_elements = max_elements
+        self.dim_hi = dim_hi
+        self.ranks = ranks
+        self.steer = steer
         self.inputs: dict[str, SampledInput | list[SampledInput]] = {}
         self.output_dims: list[tuple[int, ...]] | None = None
 
     def type(self, name: str) -> OperandType:
         return self.signature.arg(name).resolve(self.variant.types)
 
-    def dims(self, rank: int, lo: int = 1, hi: int = 5) -> tuple[int, ...]:
-        """Random dimensions of ``rank`` within [lo, hi], shrunk to ``max_elements``."""
+    def rank(self) -> int:
+        """A tensor rank in ``ranks`` (1-4 unless a graph generator narrows it)."""
+        return self.draw.int(*self.ranks)
+
+    def dims(self, rank: int | None = None, lo: int = 1, hi: int | None = None) -> tuple[int, ...]:
+        """Dimensions of ``rank`` (default: any rank in ``ranks``) within [lo, hi] (default
+        [lo, ``dim_hi``]), at most ``max_elements`` in all. A graph generator's ``steer``
+        may answer first with the dimensions of a tensor it already has, so that the
+        operation can consume it."""
+        hi = self.dim_hi if hi is None else hi
+        if self.steer is not None:
+            got = self.steer(self, rank, lo, hi)
+            if got is not None:
+                return got
+        if rank is None:
+            rank = self.rank()
         d = [self.draw.int(lo, hi) for _ in range(rank)]
         while math.prod(d) > self.max_elements:
             i = d.index(max(d))

@@ -47,7 +47,7 @@ def broadcast_pair_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 
 def broadcast_pair_dims(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Two broadcast-compatible shapes (either may be the smaller one)."""
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     other = broadcastable_dims(s, dims)
     return (other, dims) if s.draw.bool() else (dims, other)
 
@@ -119,7 +119,7 @@ def _same_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 
 
 def sample_unary(s: SampleContext) -> None:
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     t = s.type("input")
     zero_point = None
     if t.is_quant and s.signature.arg("input").domain == "positive":
@@ -129,7 +129,7 @@ def sample_unary(s: SampleContext) -> None:
 
 
 def _sample_floor(s: SampleContext) -> None:
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     value = None
     if s.draw.bool():  # integers and quarter steps: exact in fp16, hit floor's boundaries
         value = s.draw.integers(dims, -12, 12) / 4.0
@@ -138,12 +138,12 @@ def _sample_floor(s: SampleContext) -> None:
 
 def unary(op: Op, fn: Callable[[np.ndarray], np.ndarray], versions: dict[Version, tuple[T, ...]], *,
           doc: str, criterion: str, domain: str | None = None,
-          ranks: tuple[int, ...] | None = None,
+          ranks: tuple[int, ...] | None = None, discrete: bool = False,
           sample: Callable[[SampleContext], None] = sample_unary) -> OpRecord:
     """An ``output = fn(input)`` record; quantised outputs (if any) have free parameters."""
     sig = Signature(inputs=(Arg("input", ranks=ranks, domain=domain),), outputs=(Arg("output"),))
     return OpRecord(op, (sig,), by_version(versions), lambda ctx: [fn(ctx.value("input"))],
-                    _same_shape, sample, criterion=criterion, doc=doc)
+                    _same_shape, sample, criterion=criterion, discrete=discrete, doc=doc)
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
@@ -182,7 +182,7 @@ RECORDS = [
     unary(Op.NEG, np.negative, {Version.V1_2: (*_F, T.TENSOR_INT32)}, criterion="strict",
           doc="-input"),
     unary(Op.FLOOR, np.floor, {Version.V1_0: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,)},
-          ranks=UP_TO_4, criterion="medium", sample=_sample_floor,
+          ranks=UP_TO_4, criterion="medium", sample=_sample_floor, discrete=True,
           doc="floor(input): the largest integer not greater than input"),
     unary(Op.EXP, np.exp, _FLOAT_ONLY, criterion="relaxed", doc="e ** input"),
     unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed",

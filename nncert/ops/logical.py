@@ -100,7 +100,7 @@ def _select(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _sample_select(s: SampleContext) -> None:
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     for name in ("input0", "input1", "input2"):
         s.tensor(name, dims)
 

@@ -52,11 +52,11 @@ def _pairs(version: V, inputs: tuple[T, ...], outputs: tuple[T, ...]) -> list[Va
 
 
 def _quantize_sample(s: SampleContext) -> None:
-    s.tensor("input", s.dims(s.draw.int(1, 4)))
+    s.tensor("input", s.dims())
 
 
 def _dequantize_sample(s: SampleContext) -> None:
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     if s.type("input") is Q8PC:
         s.tensor("input", dims, channel_dim=s.draw.int(0, len(dims) - 1))
     else:
@@ -99,7 +99,7 @@ def _cast_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _cast_sample(s: SampleContext) -> None:
-    dims = s.dims(s.draw.int(1, 4))
+    dims = s.dims()
     t, u = s.type("input"), s.type("output")
     if t in (F32, F16) and u not in (F32, F16):
         # quarter steps: exact in fp16 and fp32 (also under relaxed fp16 computation), so

@@ -81,7 +81,7 @@ def _reduce_sampler(max_count: int | None) -> Callable[[SampleContext], None]:
     fp32/fp16 accumulation stays within ACC-1 of the float64 golden."""
 
     def sample(s: SampleContext) -> None:
-        rank = s.draw.int(1, 4)
+        rank = s.rank()
         dims = list(s.dims(rank))
         k = s.draw.int(1, rank)
         order = list(range(rank))
@@ -152,7 +152,7 @@ def _distinct_along(s: SampleContext, dims: tuple[int, ...], axis: int) -> np.nd
 
 
 def _arg_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = s.dims(rank)
     axis = s.draw.int(-rank, rank - 1)
     s.tensor("input", dims, value=_distinct_along(s, dims, axis % rank))

@@ -142,7 +142,7 @@ def _reshape_sample(s: SampleContext) -> None:
             factors.append(p)
             n //= p
         p += 1
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     target = [1] * rank
     for f in factors:
         target[s.draw.int(0, rank - 1)] *= f
@@ -199,7 +199,7 @@ def _concat_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _concat_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     base = list(s.dims(rank, 1, 4))
     axis = s.draw.int(0, rank - 1)
     count = s.draw.choice((1, 2, 2, 3, 3, 4))
@@ -285,7 +285,7 @@ def _pad_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _pad_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = s.dims(rank, 1, 4)
     pads = s.draw.integers((rank, 2), 0, 2) * (s.draw.integers((rank, 2), 0, 3) > 0)
     if s.draw.bool(0.1):
@@ -357,7 +357,7 @@ def _squeeze_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 
 
 def _squeeze_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = [1 if s.draw.bool() else s.draw.int(2, 4) for _ in range(rank)]
     s.tensor("input", dims)
     chosen = [i for i, d in enumerate(dims) if d == 1 and s.draw.bool(0.7)]
@@ -391,7 +391,7 @@ def _expand_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 
 
 def _expand_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     s.tensor("input", s.dims(rank, 1, 4))
     s.scalar("axis", s.draw.int(-(rank + 1), rank))
 
@@ -427,7 +427,7 @@ def _transpose_sample(s: SampleContext) -> None:
         s.tensor("input", s.dims(2, 1, 5))
         s.omit("perm")
         return
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     s.tensor("input", s.dims(rank, 1, 5))
     s.tensor("perm", (rank,), value=np.array(_shuffled(s, range(rank)), np.int32), const=True)
 
@@ -495,7 +495,7 @@ def _strided_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _strided_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = s.dims(rank, 1, 5)
     begin, end, strides = [], [], []
     begin_mask = end_mask = shrink = 0
@@ -574,7 +574,7 @@ def _slice_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _slice_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = s.dims(rank, 1, 5)
     begin = [s.draw.int(0, d - 1) for d in dims]
     size = [-1 if s.draw.bool(0.2) else s.draw.int(1, d - b) for d, b in zip(dims, begin, strict=True)]
@@ -605,7 +605,7 @@ def _multiples(ctx: OpContext) -> tuple[tuple[int, ...], list[int]]:
 
 
 def _tile_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = list(s.dims(rank, 1, 4))
     mult = [s.draw.int(1, 3) for _ in range(rank)]
     _shrink_to(mult, max(1, 512 // math.prod(dims)))
@@ -651,7 +651,7 @@ def _gather_kernel(ctx: OpContext) -> list[np.ndarray]:
 
 
 def _gather_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
+    rank = s.rank()
     dims = s.dims(rank, 1, 5)
     axis = s.draw.int(0, rank - 1)
     k = s.draw.int(1, 4 - rank + 1)

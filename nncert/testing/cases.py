@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from nncert.ops.base import (
     SampledInput,
     ShapeError,
     Signature,
+    Steer,
     Variant,
     match,
     quantize,
@@ -47,6 +48,28 @@ class CaseInput:
     operand: Operand | None  # None: omitted optional input (NO_VALUE)
     value: Any  # raw value in the operand's stored type
     const: bool
+    #: What ``connect`` answered for this input (a graph generator's operand), else None.
+    source: Any = None
+
+
+@dataclass(frozen=True)
+class Values:
+    """How generated data is drawn: float range, INT32 range, scales of free quantised
+    inputs. The per-operation suite keeps scales small (pre-1.2 scale rules hold); random
+    graphs use the CTS random-graph values (SPEC.md, notes on ACC-5)."""
+
+    floats: tuple[float, float] = (-2.0, 2.0)
+    int32: tuple[int, int] = (-20, 20)
+    scales: tuple[float, float] = (0.01, 0.05)
+
+
+PER_OPERATION = Values()
+RANDOM_GRAPH = Values(int32=(0, 255), scales=(0.1, 2.0))
+
+#: A graph generator's hook: (arg, the operand the case would create, its sampled
+#: dimensions) -> (an existing operand, its value, a token stored in CaseInput.source) to
+#: consume instead, or None.
+Connect = Callable[[Arg, Operand, SampledInput], "tuple[Operand, np.ndarray, Any] | None"]
 
 
 @dataclass
@@ -181,17 +204,23 @@ def enumerate_cases(seeds: Sequence[int] = SEEDS) -> Iterator[tuple]:
 
 def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None = None,
                 act: int | None = None, seed: int = 0, draw: Draw | None = None,
-                max_elements: int = 2048) -> OpCase:
+                max_elements: int = 2048, *, values: Values = PER_OPERATION, dim_hi: int = 5,
+                ranks: tuple[int, int] = (1, 4), steer: Steer | None = None,
+                connect: Connect | None = None, must_connect: bool = False) -> OpCase:
     """A valid single-operation case with golden outputs. Raises ShapeError (naming the
-    record) if the record's sampler produced an invalid case: a catalogue bug."""
+    record) if the record's sampler produced an invalid case: a catalogue bug, or, with a
+    graph generator's ``steer`` and ``connect`` hooks, a combination to draw again (also,
+    with ``must_connect``, a case that consumes nothing ``connect`` offered)."""
     draw = draw or Draw(_case_rng(record, sig, var_, seed))
-    s = SampleContext(record, sig, var_, draw, max_elements)
+    s = SampleContext(record, sig, var_, draw, max_elements, dim_hi=dim_hi, ranks=ranks, steer=steer)
     record.sample(s)
     if record.layout and nchw:
         s.scalar(record.layout, True)
     if record.activation:
         s.scalar(record.activation, int(act or 0))
-    inputs = _materialise(record, sig, var_, s, bool(nchw), draw)
+    inputs = _materialise(record, sig, var_, s, bool(nchw), draw, values, connect)
+    if must_connect and not any(ci.source is not None for ci in inputs):
+        raise ShapeError(f"{record.name}: consumes no tensor of the graph")
     in_ops = [ci.operand for ci in inputs]
     raw = [ci.value for ci in inputs]
     m = match(record, [None if o is None else o.type for o in in_ops],
@@ -225,7 +254,7 @@ def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
 
 
 def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleContext, nchw: bool,
-                 draw: Draw) -> list[CaseInput]:
+                 draw: Draw, values: Values, connect: Connect | None) -> list[CaseInput]:
     sampled: list[tuple[Arg, SampledInput | None]] = []
     present = [i for i, a in enumerate(sig.inputs) if a.name in s.inputs]
     last = max(present, default=-1)
@@ -254,11 +283,18 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
         transpose = nchw and a.name in record.layout_inputs and len(dims) == 4
         if transpose:
             dims = tuple(dims[j] for j in TO_NCHW)
-        operand = _input_operand(a, t, dims, item, chosen, draw)
+        operand = _input_operand(a, t, dims, item, chosen, draw, values)
+        if connect is not None and item.value is None and not (item.const or a.const):
+            found = connect(a, operand, item)
+            if found is not None:
+                operand, value, source = found
+                chosen.setdefault(a.name, operand)
+                result.append(CaseInput(a, operand, value, False, source))
+                continue
         chosen.setdefault(a.name, operand)
         value = item.value
         if value is None:
-            value = _generate(a, operand, item.dims, draw)
+            value = _generate(a, operand, item.dims, draw, values)
         else:
             value = np.asarray(value)
             if t.is_quant and value.dtype.kind == "f":
@@ -273,7 +309,7 @@ def _materialise(record: OpRecord, sig: Signature, var_: Variant, s: SampleConte
 
 
 def _input_operand(a: Arg, t: OperandType, dims: tuple[int, ...], item: SampledInput,
-                   chosen: dict[str, Operand], draw: Draw) -> Operand:
+                   chosen: dict[str, Operand], draw: Draw, values: Values) -> Operand:
     if item.channel_dim is not None:
         n = dims[item.channel_dim]
         scales = tuple(_f32(draw.float(0.005, 0.02)) for _ in range(n))
@@ -296,7 +332,7 @@ def _input_operand(a: Arg, t: OperandType, dims: tuple[int, ...], item: SampledI
         scale = q.scale
         zp = q.zero_point - (128 if t is T.TENSOR_QUANT8_ASYMM_SIGNED else 0)
     else:
-        scale = _f32(draw.float(0.01, 0.05))
+        scale = _f32(draw.float(*values.scales))
         zp = 0 if lo == -hi or t in (T.TENSOR_QUANT16_SYMM,) else draw.int(lo, hi)
         if item.zero_point is not None:
             zp = item.zero_point
@@ -308,7 +344,7 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
-def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw) -> np.ndarray:
+def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw, values: Values) -> np.ndarray:
     t = o.type
     dom = a.domain
     if t.is_quant:
@@ -323,7 +359,9 @@ def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw) -> np.ndarr
     if t is T.TENSOR_BOOL8:
         return draw.integers(dims, 0, 1).astype(bool)
     if t is T.TENSOR_INT32:
-        lo, hi = (1, 20) if dom == "positive" else (-20, 20)
+        lo, hi = values.int32
+        if dom == "positive":
+            lo = max(lo, 1)
         raw = draw.integers(dims, lo, hi)
         if dom == "nonzero":
             raw = np.where(raw == 0, 1, raw)
@@ -335,7 +373,7 @@ def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw) -> np.ndarr
     elif dom == "unit":
         x = draw.array(dims, -0.95, 0.95)
     else:
-        x = draw.array(dims, -2.0, 2.0)
+        x = draw.array(dims, *values.floats)
     return x.astype(dtype_of(t))
 
 

@@ -174,7 +174,7 @@ def compare_graph(expected: np.ndarray, actual: np.ndarray, type_: OperandType,
     if bad.any():
         i = int(np.argmax(bad))
         return (f"output {output}: {int(bad.sum())}/{e.size} elements outside atol={criterion.atol:g} "
-                f"rtol={criterion.rtol:g}; e.g. got {a[i]!r}, expected {e[i]!r}")
+                f"rtol={criterion.rtol:g}; e.g. got {float(a[i])!r}, expected {float(e[i])!r}")
     if e.size >= 10:
         diff = (a - e) / np.maximum(1.0, np.abs(e)) if type_.is_float else a - e
         bias, mse = float(diff.mean()), float((diff ** 2).mean())

@@ -772,15 +772,37 @@ def _reduce(code: str, options: str = "Reducer") -> Callable[[Node], None]:
         x = n.t("input")
         if code in ("REDUCE_MAX", "REDUCE_MIN"):
             x = n.g.requantize(x, n.out_quant())
-        n.g.op(code, [x, n.t("axes")], [n.out()], options, keepDims=keep)
+        if keep or not _reduces_every_axis(n):
+            n.g.op(code, [x, n.t("axes")], [n.out()], options, keepDims=keep)
+            return
+        # NNAPI gives [1] where every axis is reduced without keep_dims, TFLite a scalar,
+        # which a consumer of the result (PAD, CONCATENATION) then reads as rank 0.
+        kept = n.g.unary(code, x, [1] * n.operand("input").rank, quant=n.g.quants[x],
+                         extra=[n.t("axes")], options=options, keepDims=True)
+        n.g.op("RESHAPE", [kept, n.g.const([1])], [n.out()])
 
     return emit
 
 
+def _reduces_every_axis(n: Node) -> bool:
+    rank = n.operand("input").rank
+    try:
+        axes = n.value("axes").reshape(-1)
+    except Unmappable:
+        return False
+    return len({int(a) % rank for a in axes}) == rank
+
+
 def _arg(code: str, options: str) -> Callable[[Node], None]:
     def emit(n: Node) -> None:
-        n.g.op(code, [n.t("input"), n.g.const([int(n.scalar("axis"))])], [n.out()], options,
-               outputType=fb.TensorType.INT32)
+        axis = n.g.const([int(n.scalar("axis"))])
+        if n.operand("input").rank > 1:
+            n.g.op(code, [n.t("input"), axis], [n.out()], options, outputType=fb.TensorType.INT32)
+            return
+        # A rank-1 input: NNAPI gives [1], TFLite a scalar (see _reduce).
+        index = n.g.unary(code, n.t("input"), [], quant=None, ttype="INT32", extra=[axis],
+                          options=options, outputType=fb.TensorType.INT32)
+        n.g.op("RESHAPE", [index, n.g.const([1])], [n.out()])
 
     return emit
 

@@ -28,7 +28,7 @@ from nncert.drivers.base import (
 )
 from nncert.drivers.reference import ReferenceDriver, ReferencePreparedModel
 from nncert.hal.errors import HalError
-from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.model import Model, Operand, Operation, OutputShape, Request, Timing
 from nncert.hal.request_io import read_inputs, write_outputs
 from nncert.hal.types import (
     NO_TIMING,
@@ -39,7 +39,9 @@ from nncert.hal.types import (
     Priority,
 )
 from nncert.ops import get
+from nncert.ops.base import match
 from nncert.ops.interpreter import run_model
+from nncert.ops.window import IMPLICIT, PADDING_SAME
 
 
 class MutantPreparedModel(ReferencePreparedModel):
@@ -90,7 +92,12 @@ class MutantDriver(ReferenceDriver):
         return self.prepared_class(model.copy(), self)
 
     def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return run_model(model, inputs)
+        return run_model(model, inputs, self.mutate_operation)
+
+    def mutate_operation(self, n: int, op: Operation, operands: list, inputs: list,
+                         outputs: list[Operand], results: list[np.ndarray]) -> list[np.ndarray]:
+        """One operation's results, as this driver computes them."""
+        return results
 
     def mutate_output(self, model: Model, i: int, value: np.ndarray) -> np.ndarray:
         return value
@@ -129,6 +136,50 @@ class Fp32AsFp16(MutantDriver):
         if value.dtype == np.float32:
             return value.astype(np.float16).astype(np.float32)
         return value
+
+
+class RareConv(MutantDriver):
+    """CONV_2D with SAME padding, a stride of 2 and NCHW layout loses its last output
+    column (zeros); every other convolution is right."""
+
+    name = "rare_conv"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not OperationType.CONV_2D:
+            return results
+        m = match(get(op.type), [o and o.type for o in operands], [o.type for o in outputs])
+
+        def scalar(name: str, default: int = 0) -> int:
+            pos = [p for p in m.positions.get(name, []) if operands[p] is not None]
+            return int(np.asarray(inputs[pos[0]]).item()) if pos else default
+
+        if m.signature.name != IMPLICIT or scalar("padding") != PADDING_SAME or not scalar("layout") \
+                or 2 not in (scalar("stride_w"), scalar("stride_h")):
+            return results
+        out = results[0].copy()
+        o = outputs[0]
+        out[..., -1] = o.zero_point if o.type.is_quant else 0
+        return [out]
+
+
+class Drift(MutantDriver):
+    """A float error that builds up over one execution: the k-th operation run adds
+    ``k * 1e-3`` to each float result (relative to its magnitude, at least 1). A model of
+    one operation is exact, so the per-operation suite passes; graphs drift."""
+
+    name = "drift"
+    STEP = 1e-3
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if n == 0:
+            return results
+        out = []
+        for r, o in zip(results, outputs, strict=True):
+            if o.type.is_float:
+                x = r.astype(np.float64)
+                r = (x + n * self.STEP * np.maximum(1.0, np.abs(x))).astype(r.dtype)
+            out.append(r)
+        return out
 
 
 class NoValidation(MutantDriver):
@@ -282,6 +333,8 @@ class MutantInfo:
     #: How a run against it ends: FAILURE (a wrong answer the suite flags), or CRASH / HANG
     #: (the process dies or stops answering: run it as service:mutant:NAME or with --isolate).
     outcome: str = "FAILURE"
+    #: The conformance file whose suite the mutant proves (empty: the whole conformance suite).
+    suite: str = ""
 
 
 MUTANTS: dict[str, MutantInfo] = {
@@ -289,6 +342,8 @@ MUTANTS: dict[str, MutantInfo] = {
         MutantInfo(QuantOffBy2, "ACC-2"),
         MutantInfo(Fp32AsFp16, "ACC-1"),
         MutantInfo(NoValidation, "VAL-1"),
+        MutantInfo(RareConv, "ACC-5", suite="test_random_graphs.py"),
+        MutantInfo(Drift, "ACC-5", suite="test_random_graphs.py"),
         MutantInfo(TimingInverted, "EXE-7"),
         MutantInfo(WrongDynamicShape, "EXE-4"),
         MutantInfo(StaleAsync, "EXE-3"),

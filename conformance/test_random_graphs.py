@@ -1,0 +1,47 @@
+"""Random graphs (ACC-5): every cell of the CTS random-graph matrix (each operation at each
+HAL version; small and large graphs of each data type at ranks 1-4, the quantised types
+too), ``--graphs`` hypothesis graphs per cell from ``--seed``, judged by the CTS criteria.
+
+A failing graph is shrunk (within ``--shrink-budget`` for the session), replayed on the
+peer runtimes (three-way verdict, unless --no-three-way) and written under ``--graph-dir``
+as a spec file; the failure message says how to replay it with ``nncert repro``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from nncert.testing import random_graphs as rg
+from nncert.testing.graphs import matrix
+
+
+@pytest.fixture(scope="session")
+def shrink_budget(pytestconfig: pytest.Config) -> dict[str, float]:
+    return {"left": pytestconfig.getoption("shrink_budget")}
+
+
+@pytest.mark.req("ACC-5")
+@pytest.mark.parametrize("cell", matrix(), ids=lambda c: c.label)
+def test_random_graph(cell, driver, pytestconfig, shrink_budget):
+    seed, graphs = pytestconfig.getoption("seed"), pytestconfig.getoption("graphs")
+    spec = pytestconfig.getoption("driver")
+    left = shrink_budget["left"]
+    started = time.perf_counter()
+    result = rg.search(driver, cell, rg.cell_seed(seed, cell), graphs, shrink=left > 0,
+                       shrink_seconds=min(10.0, left / 3))
+    failure = result.failure
+    if failure is None:
+        if result.passed == 0:
+            reasons = ", ".join(sorted(result.decline_reasons, key=result.decline_reasons.get)[-3:])
+            pytest.skip(f"{spec} declined all {result.declined} graphs ({reasons})")
+        return
+    shrink_budget["left"] = max(0.0, left - (time.perf_counter() - started))
+    if pytestconfig.getoption("three_way") and not pytestconfig.getoption("isolate"):
+        failure.verdict = rg.triage(failure, spec)
+    path = rg.dump(failure, Path(pytestconfig.getoption("graph_dir")), spec)
+    verdict = f"; {failure.verdict['summary']}" if failure.verdict else ""
+    pytest.fail(f"ACC-5: {failure.headline}{verdict}\nspec: {path}\n"
+                f"replay: nncert repro {path} --driver {spec}\n{failure.graph.describe()}")

@@ -1,0 +1,715 @@
+"""Random graphs (SPEC.md ACC-5): valid multi-operation models generated from the catalogue
+records alone, with their golden outputs, and the spec files that replay them.
+
+Generation knows no operation by name. It picks a record, signature and type variant, lets
+the record's own sampler draw the case (``sample_case``), and steers the sampler towards
+tensors the graph already has: ``SampleContext.dims`` is answered with an existing
+tensor's dimensions, and an input whose sampled operand matches an existing tensor (type,
+dimensions, quantisation where the record leaves it free, the argument's value domain)
+consumes that tensor. Quantised operands so keep the producer's scale and zero point, and
+the record's shape rules, checks and kernels decide validity as they do for single cases.
+
+Each accepted operation is evaluated on the golden values of its inputs, so the graph's
+golden outputs are the reference kernels' results, op by op, as the reference driver
+computes them. An operation is rejected (and another drawn) when it fails its record's
+checks, or when an output would hold inf/NaN, a float above ``FLOAT_BOUND`` or an integer
+above ``INT_BOUND``: a generated graph never computes a non-finite intermediate.
+
+Operations whose output is a discontinuous function of float inputs (FLOOR, comparisons,
+ARGMAX, a float-to-integer CAST, ...) consume only *exact* tensors: model inputs,
+constants, or results of exact operations on exact tensors. A driver's result within
+tolerance upstream would otherwise flip a comparison downstream, a difference that the
+criteria cannot tell from a fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from typing import Any
+
+import numpy as np
+
+from nncert.hal.builder import ModelBuilder
+from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
+from nncert.hal.types import FusedActivationFunc, OperandType, OperationType, Version
+from nncert.ops import get, records
+from nncert.ops.base import (
+    Arg,
+    Draw,
+    OpRecord,
+    SampleContext,
+    SampledInput,
+    ShapeError,
+    Signature,
+    Unknown,
+    Variant,
+)
+from nncert.testing.cases import RANDOM_GRAPH, sample_case
+from nncert.testing.criteria import GRAPH_CRITERIA, GraphCriterion, type_class
+
+T = OperandType
+
+FLOAT_BOUND = 1e3
+INT_BOUND = 1 << 20
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A graph size of the CTS matrix: at most ``ops`` operations, dimensions in
+    [1, ``dim_hi``], judged by ``criterion`` (None: the single operation's own class)."""
+
+    name: str
+    ops: int
+    dim_hi: int
+    criterion: str | None
+    max_elements: int = 2048
+
+
+KINDS = {k.name: k for k in (Kind("single", 1, 1000, None), Kind("small", 5, 1000, "small_graph"),
+                             Kind("large", 40, 10, "large_graph"))}
+
+#: Graph data types: the CTS's four, and the quantised ones it leaves out.
+TYPES = {t.short: t for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8,
+                              T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)}
+CTS_TYPES = ("float32", "float16", "int32", "bool8")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the matrix: a single operation at one HAL version (any of its type
+    variants there), or a graph size with a data type and a rank."""
+
+    kind: str
+    operation: str = ""
+    version: str = ""
+    type: str = ""
+    rank: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.kind == "single":
+            return f"single-{self.operation}-{self.version}"
+        return f"{self.kind}-{self.type}-rank{self.rank}"
+
+    @staticmethod
+    def parse(label: str) -> Cell:
+        """The cell a ``label`` names (``single-ADD-1.2``, ``small-float32-rank3``)."""
+        parts = label.split("-")
+        try:
+            if parts[0] == "single" and len(parts) == 3:
+                cell = Cell("single", operation=parts[1], version=parts[2])
+            elif parts[0] in ("small", "large") and len(parts) == 3 and parts[2].startswith("rank"):
+                cell = Cell(parts[0], type=parts[1], rank=int(parts[2][4:]))
+            else:
+                raise ValueError
+            cell.candidates()
+        except (ValueError, KeyError, IndexError):
+            raise ValueError(f"{label!r} names no cell (single-OPERATION-VERSION, "
+                             f"small|large-TYPE-rankN)") from None
+        return cell
+
+    def candidates(self) -> tuple[tuple[OpRecord, Signature, Variant], ...]:
+        return _candidates(self)
+
+
+def matrix(quantised: bool = True) -> list[Cell]:
+    """The CTS random-graph matrix on this catalogue: every operation at every HAL version
+    it has, then small and large graphs for each data type at ranks 1-4 (the quantised
+    types too unless ``quantised`` is False)."""
+    cells = [Cell("single", operation=r.name, version=v.label) for r in records() for v in r.versions]
+    types = [t for t in TYPES if quantised or t in CTS_TYPES]
+    cells += [Cell(kind, type=t, rank=rank)
+              for kind in ("small", "large") for t in types for rank in range(1, 5)]
+    return cells
+
+
+@cache
+def _candidates(cell: Cell) -> tuple[tuple[OpRecord, Signature, Variant], ...]:
+    if cell.kind == "single":
+        record = get(OperationType[cell.operation])
+        if record is None:
+            raise KeyError(cell.operation)
+        found = tuple((record, sig, var) for sig in record.signatures for var in record.variants
+                      if var.version.label == cell.version)
+    else:
+        if cell.kind not in KINDS or not 1 <= cell.rank <= 4:
+            raise KeyError(cell.kind)
+        want = TYPES[cell.type]
+        found = tuple((r, sig, var) for r in records() for sig in r.signatures for var in r.variants
+                      if var.primary is want)
+    if not found:
+        raise KeyError(cell.label)
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# The graph
+
+
+@dataclass
+class Node:
+    """One operand: a model input, a constant, an omitted optional input or an operation's
+    result. ``value`` is its golden (raw, stored type); None only for omitted inputs and
+    for intermediate results of a graph read back from a spec file."""
+
+    operand: Operand
+    role: str  # input | const | internal | omitted
+    value: np.ndarray | None = None
+    exact: bool = True
+
+
+@dataclass
+class Op:
+    type: OperationType
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class Graph:
+    cell: Cell
+    nodes: list[Node] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    version: Version = Version.V1_0
+
+    @property
+    def criterion_class(self) -> str:
+        kind = KINDS[self.cell.kind]
+        if kind.criterion:
+            return kind.criterion
+        return get(self.ops[0].type).criterion if self.ops else "strict"
+
+    def criterion(self, type_: OperandType) -> GraphCriterion:
+        return GRAPH_CRITERIA[self.criterion_class][type_class(type_)]
+
+    @property
+    def inputs(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.role == "input"]
+
+    @property
+    def expected(self) -> list[np.ndarray]:
+        return [self.nodes[i].value for i in self.outputs]
+
+    def model(self) -> tuple[Model, list[np.ndarray]]:
+        """The graph as a HAL model (operands in node order) and its input values."""
+        b = ModelBuilder()
+        for n in self.nodes:
+            o = n.operand
+            if n.role == "omitted":
+                b.no_value(o.type)
+            elif n.role == "const":
+                b.constant(o.type, n.value, o.scale, o.zero_point, o.channel_quant)
+            else:
+                b.operand(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant)
+        for op in self.ops:
+            b.operation(op.type, op.inputs, op.outputs)
+        ins = self.inputs
+        return b.build(ins, self.outputs), [self.nodes[i].value for i in ins]
+
+    def describe(self) -> str:
+        """One line per operation: ``#3 ADD(n0, n5) -> n6``."""
+        lines = []
+        for k, op in enumerate(self.ops):
+            args = ", ".join(f"n{i}" for i in op.inputs)
+            lines.append(f"#{k} {op.type.name}({args}) -> {', '.join(f'n{i}' for i in op.outputs)}")
+        return "\n".join(lines)
+
+    # -- reduction -------------------------------------------------------------------
+
+    def restrict(self, outputs: Sequence[int], cut: Sequence[int] = ()) -> Graph:
+        """The part of the graph that computes ``outputs``, with the nodes in ``cut``
+        turned into model inputs fed with their golden values (their producers dropped
+        unless still needed). Nodes are renumbered."""
+        cut_set = set(cut)
+        producer = {o: k for k, op in enumerate(self.ops) for o in op.outputs}
+        needed_ops: set[int] = set()
+        stack = [o for o in outputs if o not in cut_set]
+        seen: set[int] = set()
+        while stack:
+            nid = stack.pop()
+            if nid in seen or nid in cut_set or nid not in producer:
+                continue
+            seen.add(nid)
+            k = producer[nid]
+            if k not in needed_ops:
+                needed_ops.add(k)
+                stack.extend(self.ops[k].inputs)
+        ops = [op for k, op in enumerate(self.ops) if k in needed_ops]
+        used = sorted({i for op in ops for i in op.inputs + op.outputs} | set(outputs))
+        renumber = {old: new for new, old in enumerate(used)}
+        nodes = []
+        for old in used:
+            n = self.nodes[old]
+            if old in cut_set:
+                if n.value is None:
+                    raise ValueError(f"node {old} has no golden value to feed")
+                n = dataclasses.replace(n, role="input")
+            nodes.append(n)
+        new_ops = [Op(op.type, [renumber[i] for i in op.inputs], [renumber[i] for i in op.outputs])
+                   for op in ops]
+        g = Graph(self.cell, nodes, new_ops, [renumber[o] for o in outputs], self.version)
+        g.version = _graph_version(g)
+        return g
+
+    def cuttable(self) -> list[int]:
+        """Intermediate results (consumed by an operation) that a cut could feed instead."""
+        consumed = {i for op in self.ops for i in op.inputs}
+        return [i for i, n in enumerate(self.nodes) if n.role == "internal" and i in consumed
+                and n.value is not None]
+
+
+def _graph_version(g: Graph) -> Version:
+    from nncert.ops.evaluate import bind, instance_version
+
+    version = Version.V1_0
+    for op in g.ops:
+        record = get(op.type)
+        ins = [None if g.nodes[i].role == "omitted" else g.nodes[i].operand for i in op.inputs]
+        vals = [None if g.nodes[i].role in ("omitted", "input", "internal") else g.nodes[i].value
+                for i in op.inputs]
+        outs = [g.nodes[i].operand for i in op.outputs]
+        try:
+            ctx = bind(record, ins, [_known(record, o, v) for o, v in zip(ins, vals, strict=True)], outs)
+            version = max(version, instance_version(ctx))
+        except (ShapeError, Unknown, KeyError):
+            version = max(version, max(record.versions))
+    return version
+
+
+def _known(record: OpRecord, operand: Operand | None, value: Any) -> Any:
+    from nncert.ops.base import to_real
+
+    if operand is None or value is None:
+        return None
+    return to_real(value, operand) if record.dequantize else value
+
+
+# ---------------------------------------------------------------------------------------
+# Generation
+
+
+def _sensitive(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    """Whether the operation's output jumps under tiny changes of float inputs."""
+    if record.discrete:
+        return True
+    outs = [a.resolve(var_.types) for a in sig.outputs]
+    ins = [a.resolve(var_.types) for a in sig.inputs]
+    return any(not (t.is_float or t.is_quant) for t in outs) and \
+        any(t.is_tensor and (t.is_float or t.is_quant) for t in ins)
+
+
+def _in_domain(domain: str | None, operand: Operand, value: np.ndarray) -> bool:
+    """Whether a tensor may feed an argument with ``domain``, with a margin: a driver's
+    value of it differs from the golden within tolerance."""
+    if domain is None or value.size == 0:
+        return True
+    t = operand.type
+    if t is T.TENSOR_INT32:
+        v = value.astype(np.int64)
+        return bool({"positive": (v >= 1).all(), "nonzero": (v != 0).all(),
+                     "unit": (np.abs(v) < 1).all()}.get(domain, False))
+    if t.is_quant:
+        from nncert.ops.base import dequantize
+        v = dequantize(value, operand)
+        step = operand.scale if operand.channel_quant is None else max(operand.channel_quant.scales)
+        margin = 3 * step
+    else:
+        v = value.astype(np.float64)
+        margin = 0.0
+    if domain == "positive":
+        return bool((v >= 0.1 + margin).all())
+    if domain == "nonzero":
+        return bool((np.abs(v) >= 0.25 + margin).all())
+    if domain == "unit":
+        return bool((np.abs(v) <= 0.95 - margin).all())
+    return False
+
+
+def _within_bounds(o: Operand, value: np.ndarray) -> bool:
+    if o.type.is_float:
+        v = value.astype(np.float64)
+        return bool(np.isfinite(v).all() and (np.abs(v) <= FLOAT_BOUND).all())
+    if o.type is T.TENSOR_INT32:
+        return bool((np.abs(value.astype(np.int64)) <= INT_BOUND).all())
+    return True
+
+
+def _exact_output(record: OpRecord, sig: Signature, var_: Variant, position: int,
+                  inputs_exact: bool) -> bool:
+    """Whether an operation's output ``position`` is computed exactly by any conforming
+    driver: copies, selections and integer arithmetic on exact inputs. A quantised output
+    is exact only when it keeps its input's scale (no requantisation)."""
+    if not inputs_exact:
+        return False
+    arg = sig.outputs[position]
+    out_t = arg.resolve(var_.types)
+    types = [a.resolve(var_.types) for a in sig.inputs] + [out_t]
+    integer_only = all(not (t.is_float or t.is_quant) for t in types if t.is_tensor)
+    if not (record.criterion == "strict" or integer_only):
+        return False
+    return not out_t.is_quant or arg.quant.kind == "same"
+
+
+class _Builder:
+    """Grows one graph: the steer and connect hooks the samplers see, and acceptance."""
+
+    def __init__(self, draw: Draw, cell: Cell) -> None:
+        self.draw = draw
+        self.cell = cell
+        self.kind = KINDS[cell.kind]
+        self.graph = Graph(cell)
+        self.consumers: list[int] = []
+        self.sensitive = False
+        self.primary: OperandType = T.TENSOR_FLOAT32
+
+    # Tensors an operation could consume, most recent first (unconsumed results first).
+    def _pool(self, type_: OperandType) -> list[int]:
+        nodes = self.graph.nodes
+        ids = [i for i, n in enumerate(nodes) if n.role == "internal" and n.operand.type is type_]
+        ids.sort(key=lambda i: (self.consumers[i] > 0, -i))
+        return ids
+
+    def steer(self, s: SampleContext, rank: int | None, lo: int, hi: int) -> tuple[int, ...] | None:
+        if not self.draw.bool(0.8):
+            return None
+        fits = [i for i in self._pool(self.primary)
+                if (rank is None or self.graph.nodes[i].operand.rank == rank)
+                and self.graph.nodes[i].operand.rank in range(s.ranks[0], s.ranks[1] + 1)
+                and all(lo <= d <= hi for d in self.graph.nodes[i].operand.dimensions)
+                and math.prod(self.graph.nodes[i].operand.dimensions) <= s.max_elements]
+        if not fits:
+            return None
+        return self.graph.nodes[fits[self.draw.int(0, min(len(fits), 4) - 1)]].operand.dimensions
+
+    def connect(self, a: Arg, operand: Operand, item: SampledInput) -> tuple[Operand, np.ndarray, int] | None:
+        if item.scale is not None or item.zero_point is not None or item.channel_dim is not None:
+            return None
+        fits = []
+        for i in self._pool(operand.type):
+            n = self.graph.nodes[i]
+            o = n.operand
+            if o.dimensions != operand.dimensions or o.channel_quant is not None:
+                continue
+            if o.type.is_quant and a.quant.kind != "free" and \
+                    (o.scale, o.zero_point) != (operand.scale, operand.zero_point):
+                continue
+            if self.sensitive and (o.type.is_float or o.type.is_quant) and not n.exact:
+                continue
+            if not _in_domain(a.domain, o, n.value):
+                continue
+            fits.append(i)
+        if not fits or not self.draw.bool(0.9):
+            return None
+        i = fits[self.draw.int(0, min(len(fits), 3) - 1)]
+        return self.graph.nodes[i].operand, self.graph.nodes[i].value, i
+
+    def add(self, draw: Draw) -> bool:
+        """Draw one operation into the graph; False if rejected."""
+        self.draw = draw
+        record, sig, var_ = draw.choice(self.cell.candidates())
+        nchw = draw.bool() if record.layout else None
+        act = None
+        if record.activation:
+            out_t = sig.outputs[0].resolve(var_.types)
+            act = draw.choice(tuple(FusedActivationFunc)) if out_t is not T.TENSOR_INT32 else 0
+        self.primary = var_.primary
+        self.sensitive = _sensitive(record, sig, var_)
+        ranks = (self.cell.rank, self.cell.rank) if self.cell.rank else (1, 4)
+        try:
+            with np.errstate(all="ignore"):
+                case = sample_case(record, sig, var_, nchw, act, draw=draw,
+                                   max_elements=self.kind.max_elements, values=RANDOM_GRAPH,
+                                   dim_hi=self.kind.dim_hi, ranks=ranks, steer=self.steer,
+                                   connect=self.connect, must_connect=bool(self.graph.ops))
+        except (ShapeError, Unknown, ValueError):
+            # Parameters the record rejects, or a sampler pushed past the sizes it was
+            # written for by a steered dimension: draw another operation.
+            return False
+        if not all(_within_bounds(o, e) for o, e in zip(case.outputs, case.expected, strict=True)):
+            return False
+        if not self.graph.ops and self.cell.kind != "single" and not any(
+                o.type is self.primary and o.rank == self.cell.rank for o in case.outputs):
+            return False  # the first result must be one the next operations can consume
+        g = self.graph
+        ids = []
+        inputs_exact = True
+        for ci in case.inputs:
+            if ci.operand is None:
+                ids.append(self._node(Node(Operand(ci.arg.resolve(var_.types)), "omitted")))
+            elif ci.source is not None:
+                ids.append(ci.source)
+                self.consumers[ci.source] += 1
+                inputs_exact &= g.nodes[ci.source].exact
+            else:
+                const = ci.operand.type.is_scalar or ci.const or draw.bool(0.5)
+                ids.append(self._node(Node(ci.operand, "const" if const else "input", ci.value)))
+        outs = [self._node(Node(o, "internal", e, _exact_output(record, sig, var_, k, inputs_exact)))
+                for k, (o, e) in enumerate(zip(case.outputs, case.expected, strict=True))]
+        g.ops.append(Op(record.type, ids, outs))
+        g.version = max(g.version, case.version)
+        return True
+
+    def _node(self, node: Node) -> int:
+        self.graph.nodes.append(node)
+        self.consumers.append(0)
+        return len(self.graph.nodes) - 1
+
+
+def generate(draw: Draw, cell: Cell) -> Graph:
+    """A valid graph for ``cell``: ``Kind.ops`` operations most of the time, fewer in a
+    fraction of draws (and as hypothesis shrinks), with its golden outputs."""
+    kind = KINDS[cell.kind]
+    n_ops = kind.ops if kind.ops == 1 or draw.int(0, 3) else draw.int(1, kind.ops)
+    b = _Builder(draw, cell)
+    tries = 0
+    # Every operation after the first must consume an earlier result (a connected graph).
+    while len(b.graph.ops) < n_ops and tries < 40 * n_ops + 20:
+        tries += 1
+        b.add(draw.fork())
+    if not b.graph.ops:
+        raise ShapeError(f"{cell.label}: no operation could be drawn in {tries} tries")
+    g = b.graph
+    g.outputs = [i for op in g.ops for i in op.outputs if b.consumers[i] == 0]
+    return g
+
+
+@lru_cache(maxsize=4096)
+def _integers(lo: int, hi: int):
+    from hypothesis import strategies as st
+
+    return st.integers(lo, hi)  # building a strategy costs more than drawing from it
+
+
+class HypothesisDraw(Draw):
+    """Choices drawn through hypothesis, so that it can shrink them. The graph draws its
+    size here, and one seed per operation it tries (``fork``): the operation's own choices
+    come from a numpy generator of that seed. Hypothesis spends some 80 us a draw, and a
+    large graph makes thousands of choices; structure is shrunk by the number of
+    operations here and by the cuts of ``random_graphs.reduce``."""
+
+    def fork(self) -> Draw:
+        return Draw(np.random.default_rng(self.int(0, (1 << 64) - 1)))
+
+    def __init__(self, draw: Any) -> None:
+        from hypothesis import strategies as st
+
+        self.draw = draw  # hypothesis's draw function of a composite strategy
+        self.st = st
+
+    def int(self, lo: int, hi: int) -> int:
+        return lo if lo >= hi else self.draw(_integers(lo, hi))
+
+    def choice(self, seq: Sequence[Any]) -> Any:
+        # Hypothesis favours small integers; a wide draw taken modulo keeps the choice
+        # uniform while it generates, and still shrinks to the first element.
+        return seq[self.int(0, (1 << 16) - 1) % len(seq)] if len(seq) > 1 else seq[0]
+
+    def bool(self, p: float = 0.5) -> bool:
+        return self.int(0, (1 << 16) - 1) % 100 >= 100 - round(100 * p)
+
+    def float(self, lo: float, hi: float) -> float:
+        return self.draw(self.st.floats(lo, hi, allow_nan=False, allow_infinity=False))
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng(self.int(0, 2**32 - 1))
+
+    def array(self, shape: Sequence[int], lo: float, hi: float) -> np.ndarray:
+        return self._rng().uniform(lo, hi, size=tuple(shape))
+
+    def integers(self, shape: Sequence[int], lo: int, hi: int) -> np.ndarray:
+        return self._rng().integers(lo, hi + 1, size=tuple(shape))
+
+
+def strategy(cell: Cell):
+    """The hypothesis strategy of ``cell``'s graphs."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def graphs(draw):
+        return generate(HypothesisDraw(draw), cell)
+
+    return graphs()
+
+
+def seeded(cell: Cell, seed: int) -> Graph:
+    """The graph of ``cell`` for a plain numpy ``seed`` (no hypothesis): quick and stable."""
+    key = f"{cell.label}/{seed}".encode()
+    import hashlib
+
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+    return generate(Draw(rng), cell)
+
+
+# ---------------------------------------------------------------------------------------
+# Spec files
+
+
+SPEC_FORMAT = "nncert-graph-spec/1"
+
+
+class SpecError(ValueError):
+    """A spec file that cannot be read: the message names the file and what is wrong."""
+
+
+def _array_json(value: np.ndarray | None) -> Any:
+    return None if value is None else np.asarray(value).tolist()
+
+
+def to_spec(graph: Graph, **extra: Any) -> dict:
+    """A JSON-ready description of ``graph``: operands, operations, inputs and constants,
+    expected outputs and criteria, plus ``extra`` fields (seed, results, verdict...)."""
+    nodes = []
+    for n in graph.nodes:
+        o = n.operand
+        item: dict[str, Any] = {"type": o.type.name, "dims": list(o.dimensions), "role": n.role}
+        if o.type.is_quant:
+            item["scale"] = o.scale
+            item["zero_point"] = o.zero_point
+        elif o.scale:
+            item["scale"] = o.scale
+        if o.channel_quant is not None:
+            item["channel_quant"] = {"scales": list(o.channel_quant.scales),
+                                     "channel_dim": o.channel_quant.channel_dim}
+        if n.role in ("input", "const"):
+            item["value"] = _array_json(n.value)
+        nodes.append(item)
+    crit = graph.criterion_class
+    spec = {
+        "format": SPEC_FORMAT,
+        "cell": graph.cell.label,
+        "criteria": {"class": crit, **{k: dataclasses.asdict(v) for k, v in GRAPH_CRITERIA[crit].items()}},
+        "operands": nodes,
+        "operations": [{"type": op.type.name, "inputs": op.inputs, "outputs": op.outputs}
+                       for op in graph.ops],
+        "outputs": graph.outputs,
+        "expected": [_array_json(e) for e in graph.expected],
+    }
+    spec.update(extra)
+    return json.loads(json.dumps(spec, default=_json_default))
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def save_spec(path, graph: Graph, **extra: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(to_spec(graph, **extra), f, indent=1)
+        f.write("\n")
+
+
+def load_spec(path) -> tuple[Graph, dict]:
+    """The graph a spec file describes (with its expected outputs) and the whole document.
+    Raises SpecError with a one-line reason on anything malformed."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: not JSON: {e}") from None
+    try:
+        return _graph_of(doc), doc
+    except SpecError as e:
+        raise SpecError(f"{path}: {e}") from None
+
+
+def _graph_of(doc: Any) -> Graph:
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise SpecError(what)
+
+    need(isinstance(doc, dict), "the top level must be an object")
+    need(doc.get("format") == SPEC_FORMAT, f"format must be {SPEC_FORMAT!r}, got {doc.get('format')!r}")
+    for key in ("cell", "operands", "operations", "outputs", "expected"):
+        need(key in doc, f"missing field {key!r}")
+    try:
+        cell = Cell.parse(doc["cell"]) if isinstance(doc["cell"], str) else None
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+    need(cell is not None, "cell must be a string")
+    nodes = []
+    need(isinstance(doc["operands"], list) and doc["operands"], "operands must be a non-empty list")
+    for i, item in enumerate(doc["operands"]):
+        where = f"operands[{i}]"
+        need(isinstance(item, dict), f"{where} must be an object")
+        try:
+            t = T[item["type"]]
+        except (KeyError, TypeError):
+            raise SpecError(f"{where}.type: {item.get('type')!r} is not an operand type") from None
+        dims = item.get("dims", [])
+        need(isinstance(dims, list) and all(isinstance(d, int) and d >= 0 for d in dims),
+             f"{where}.dims must be a list of non-negative integers")
+        role = item.get("role")
+        need(role in ("input", "const", "internal", "omitted"),
+             f"{where}.role must be input, const, internal or omitted, got {role!r}")
+        cq = item.get("channel_quant")
+        channel = None
+        if cq is not None:
+            try:
+                channel = SymmPerChannelQuantParams(tuple(float(x) for x in cq["scales"]),
+                                                    int(cq["channel_dim"]))
+            except (KeyError, TypeError, ValueError):
+                raise SpecError(f"{where}.channel_quant needs scales and channel_dim") from None
+        try:
+            operand = Operand(t, tuple(dims), float(item.get("scale", 0.0)), int(item.get("zero_point", 0)),
+                              channel_quant=channel)
+        except (TypeError, ValueError):
+            raise SpecError(f"{where}: scale and zero_point must be numbers") from None
+        value = None
+        if role in ("input", "const"):
+            need("value" in item, f"{where} ({role}) has no value")
+            value = _array(item["value"], operand, where)
+        nodes.append(Node(operand, role, value))
+    n = len(nodes)
+    ops = []
+    need(isinstance(doc["operations"], list) and doc["operations"], "operations must be a non-empty list")
+    for k, item in enumerate(doc["operations"]):
+        where = f"operations[{k}]"
+        need(isinstance(item, dict), f"{where} must be an object")
+        try:
+            op_type = OperationType[item["type"]]
+        except (KeyError, TypeError):
+            raise SpecError(f"{where}.type: {item.get('type')!r} is not an operation type") from None
+        for key in ("inputs", "outputs"):
+            idx = item.get(key)
+            need(isinstance(idx, list) and all(isinstance(i, int) and 0 <= i < n for i in idx),
+                 f"{where}.{key} must list operand indexes below {n}")
+        ops.append(Op(op_type, list(item["inputs"]), list(item["outputs"])))
+    outputs = doc["outputs"]
+    need(isinstance(outputs, list) and outputs and all(isinstance(i, int) and 0 <= i < n for i in outputs),
+         f"outputs must list operand indexes below {n}")
+    expected = doc["expected"]
+    need(isinstance(expected, list) and len(expected) == len(outputs),
+         f"expected must hold one array per output ({len(outputs)})")
+    for i, value in zip(outputs, expected, strict=True):
+        nodes[i].value = _array(value, nodes[i].operand, f"expected for operand {i}")
+    g = Graph(cell, nodes, ops, list(outputs))
+    g.version = _graph_version(g)
+    return g
+
+
+def _array(value: Any, operand: Operand, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=dtype_of(operand.type))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SpecError(f"{where}: not an array of {operand.type.name}: {e}") from None
+    want = tuple(operand.dimensions)
+    if operand.type.is_scalar:
+        if arr.ndim != 0:
+            raise SpecError(f"{where}: a scalar expected")
+    elif tuple(arr.shape) != want and want:
+        raise SpecError(f"{where}: shape {list(arr.shape)} does not match dims {list(want)}")
+    return arr
