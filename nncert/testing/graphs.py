@@ -469,7 +469,7 @@ def generate(draw: Draw, cell: Cell) -> Graph:
     b = _Builder(draw, cell)
     tries = 0
     # Every operation after the first must consume an earlier result (a connected graph).
-    while len(b.graph.ops) < n_ops and tries < 40 * n_ops + 20:
+    while len(b.graph.ops) < n_ops and tries < 40 * n_ops + 200:
         tries += 1
         b.add(draw.fork())
     if not b.graph.ops:
@@ -532,7 +532,12 @@ def strategy(cell: Cell):
 
     @st.composite
     def graphs(draw):
-        return generate(HypothesisDraw(draw), cell)
+        try:
+            return generate(HypothesisDraw(draw), cell)
+        except ShapeError:
+            reject()  # no operation fitted in this draw: hypothesis draws again
+
+    from hypothesis import reject
 
     return graphs()
 

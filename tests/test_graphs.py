@@ -1,0 +1,177 @@
+"""Random graphs (ACC-5): generation is valid and finite, the golden is the reference
+driver's result, the suite catches the rare_conv and drift mutants, a one-operation fault
+shrinks to at most 2 operations, and spec files replay (and are rejected when malformed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nncert.cli import main
+from nncert.drivers import load_driver
+from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.validation import validate_model
+from nncert.testing import random_graphs as rg
+from nncert.testing.graphs import Cell, SpecError, load_spec, matrix, seeded
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = [Cell.parse(label) for label in (
+    "single-CONV_2D-1.2", "single-SOFTMAX-1.3", "small-float32-rank4", "small-int32-rank2",
+    "small-bool8-rank3", "small-quant8_asymm-rank1", "large-float16-rank3",
+    "large-quant8_asymm_signed-rank4", "large-float32-rank2")]
+
+
+def test_matrix_covers_every_operation_version_and_graph_cell():
+    cells = matrix()
+    from nncert.ops import records
+    assert sum(c.kind == "single" for c in cells) == sum(len(r.versions) for r in records())
+    assert sum(c.kind != "single" for c in cells) == 2 * 6 * 4
+    assert len(matrix(quantised=False)) == len(cells) - 2 * 2 * 4
+
+
+@pytest.mark.req("ACC-5")
+@pytest.mark.parametrize("cell", SAMPLE, ids=lambda c: c.label)
+def test_generated_graphs_are_valid_finite_and_the_reference_reproduces_their_golden(cell):
+    reference = load_driver("reference")
+    for seed in range(4):
+        g = seeded(cell, seed)
+        model, feeds = g.model()
+        validate_model(model)
+        for node in g.nodes:
+            if node.value is not None and node.operand.type.is_float:
+                assert np.isfinite(node.value.astype(np.float64)).all()
+        if cell.kind != "single":
+            consumed = {i for op in g.ops for i in op.inputs}
+            later = g.ops[1:]
+            assert all(any(i in consumed and g.nodes[i].role == "internal" for i in op.inputs)
+                       for op in later), "an operation after the first consumes nothing of the graph"
+        dims = [e.shape for e in g.expected]
+        request = build_request(model, feeds, dims)
+        reference.prepare_model(model).execute_synchronously(request)
+        for got, want in zip(read_outputs(model, request, dims), g.expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_large_graphs_are_large_and_connected():
+    sizes, chained = [], []
+    for seed in range(6):
+        g = seeded(Cell.parse("large-float32-rank2"), seed)
+        sizes.append(len(g.ops))
+        chained.append(sum(1 for op in g.ops for i in op.inputs if g.nodes[i].role == "internal"))
+    assert max(sizes) == 40 and sum(sizes) / len(sizes) >= 25, sizes
+    assert sum(chained) >= sum(sizes), chained
+
+
+def test_same_seed_same_graphs():
+    cell = Cell.parse("small-float32-rank3")
+    one = rg.search(load_driver("reference"), cell, 7, 5)
+    two = rg.search(load_driver("reference"), cell, 7, 5)
+    assert one.passed == two.passed == 5
+    assert seeded(cell, 3).describe() == seeded(cell, 3).describe()
+
+
+@pytest.mark.req("ACC-5")
+def test_rare_combination_mutant_is_caught_and_shrinks_to_one_operation(tmp_path):
+    driver = load_driver("mutant:rare_conv")
+    result = rg.search(driver, Cell.parse("single-CONV_2D-1.0"), 0, 50)
+    assert result.failure is not None
+    g = result.failure.graph
+    assert [op.type.name for op in g.ops] == ["CONV_2D"]
+    # Every other convolution is right: the per-operation cases do not all fail.
+    assert rg.search(driver, Cell.parse("single-DEPTHWISE_CONV_2D-1.2"), 0, 20).failure is None
+
+
+@pytest.mark.req("ACC-5")
+def test_one_operation_fault_in_a_large_graph_shrinks_to_at_most_two_operations():
+    result = rg.search(load_driver("mutant:quant_off_by_2"), Cell.parse("large-quant8_asymm-rank3"), 0, 10)
+    assert result.failure is not None
+    assert len(result.failure.graph.ops) <= 2, result.failure.graph.describe()
+
+
+@pytest.mark.req("ACC-5")
+def test_drift_mutant_passes_single_operations_and_fails_graphs():
+    driver = load_driver("mutant:drift")
+    for label in ("single-ADD-1.0", "single-CONV_2D-1.2", "single-TANH-1.2"):
+        assert rg.search(driver, Cell.parse(label), 0, 10).failure is None, label
+    result = rg.search(driver, Cell.parse("small-float32-rank2"), 0, 20)
+    assert result.failure is not None
+    assert 2 <= len(result.failure.graph.ops) <= 5
+
+
+def test_reduce_keeps_the_failing_operation():
+    g = seeded(Cell.parse("large-float32-rank2"), 1)
+    target = g.ops[len(g.ops) // 2].type
+    small = rg.reduce(g, lambda c: any(op.type is target for op in c.ops) and len(c.ops) >= 1)
+    assert [op.type for op in small.ops] == [target]
+
+
+def test_failure_is_dumped_replayed_and_judged(tmp_path, capsys):
+    driver = load_driver("mutant:rare_conv")
+    result = rg.search(driver, Cell.parse("single-CONV_2D-1.0"), 0, 50)
+    path = rg.dump(result.failure, tmp_path, "mutant:rare_conv")
+    doc = json.loads(path.read_text())
+    for key in ("seed", "criteria", "expected", "results", "operands", "operations"):
+        assert key in doc
+    assert doc["criteria"]["class"] == "conv"
+    graph, _ = load_spec(path)
+    assert rg.run(load_driver("reference"), graph).status == "passed"
+    assert main(["repro", str(path), "--driver", "mutant:rare_conv"]) == 1
+    assert "FAIL: mutant:rare_conv" in capsys.readouterr().out
+    assert main(["repro", str(path), "--driver", "reference"]) == 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("operations"), "missing field 'operations'"),
+    (lambda d: d.update(format="other"), "format must be"),
+    (lambda d: d["operands"][0].update(type="TENSOR_FLOAT99"), "is not an operand type"),
+    (lambda d: d["operations"][0].update(inputs=[999]), "operations[0].inputs must list operand indexes"),
+    (lambda d: d.update(expected=[]), "expected must hold one array per output"),
+    (lambda d: d.update(cell="huge-float32-rank9"), "names no cell"),
+    (lambda d: d["operands"][0].update(value=[[1, 2], [3]]), "operands[0]"),
+])
+def test_malformed_spec_gets_a_one_line_error(tmp_path, edit, message):
+    g = seeded(Cell.parse("small-float32-rank2"), 0)
+    from nncert.testing.graphs import save_spec
+    path = tmp_path / "spec.json"
+    save_spec(path, g)
+    doc = json.loads(path.read_text())
+    if doc["operands"][0]["role"] not in ("input", "const"):
+        doc["operands"][0]["role"] = "input"
+        doc["operands"][0]["value"] = [0.0]
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_spec(path)
+    proc = subprocess.run([sys.executable, "-m", "nncert.cli", "repro", str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_repro_of_missing_or_non_json_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    for path in (bad, tmp_path / "missing.json"):
+        proc = subprocess.run([sys.executable, "-m", "nncert.cli", "repro", str(path)],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2 and proc.stderr.startswith("nncert: error:"), proc.stderr
+
+
+def test_graphs_command_runs_cells_and_writes_failures(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--driver", "mutant:rare_conv",
+                           "--cell", "single-CONV_2D-1.0", "--cell", "small-float32-rank1", "--graphs", "50",
+                           "--seed", "1", "--no-triage", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[2/2] small-float32-rank1" in proc.stderr
+    specs = list(tmp_path.glob("*.json"))
+    assert len(specs) == 1 and "CONV_2D" in specs[0].name
+    assert f"nncert repro {specs[0]}" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--cell", "nonsense"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "names no cell" in bad.stderr
