@@ -58,8 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="triage at most N failing cases a session (default 200)")
     group.addoption("--seed", type=int, default=0, metavar="N",
                     help="seed of the random-graph suite (ACC-5; default 0)")
-    group.addoption("--graphs", type=int, default=10, metavar="N",
-                    help="random graphs per cell of the random-graph suite (default 10; the CTS "
+    group.addoption("--graphs", type=int, default=5, metavar="N",
+                    help="random graphs per cell of the random-graph suite (default 5; the CTS "
                          "runs 50: `nncert graphs` does)")
     group.addoption("--graph-dir", default="nncert-graphs", metavar="DIR",
                     help="where failing random graphs are written as spec files (default nncert-graphs)")
