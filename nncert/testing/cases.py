@@ -235,7 +235,7 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
         real = evaluate_real(record, in_ops, raw, outputs, m)
         outputs = [_output_quant(record, a, o, r, inputs, var_)
                    for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
-    real_in = [_maybe_real(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
+    real_in = [kernel_value(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
     ctx = bind(record, in_ops, real_in, outputs, m)
     if record.check:
         record.check(ctx)
@@ -247,8 +247,10 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
     return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, instance_version(ctx))
 
 
-def _maybe_real(record: OpRecord, operand: Operand | None, value: Any) -> Any:
-    if operand is None:
+def kernel_value(record: OpRecord, operand: Operand | None, value: Any) -> Any:
+    """An input value as ``record``'s kernels and shape rules see it (None when omitted or
+    not known)."""
+    if operand is None or value is None:
         return None
     return to_real(value, operand) if record.dequantize else value
 
@@ -404,5 +406,5 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
 def context_for(case: OpCase) -> OpContext:
     """The OpContext of a case with every value known (for checks and tests)."""
     in_ops = [ci.operand for ci in case.inputs]
-    return bind(case.record, in_ops, [_maybe_real(case.record, o, ci.value)
+    return bind(case.record, in_ops, [kernel_value(case.record, o, ci.value)
                                       for o, ci in zip(in_ops, case.inputs, strict=True)], case.outputs)

@@ -25,6 +25,7 @@ criteria cannot tell from a fault.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ from nncert.ops.base import (
     Unknown,
     Variant,
 )
-from nncert.testing.cases import RANDOM_GRAPH, sample_case
+from nncert.testing.cases import RANDOM_GRAPH, kernel_value, sample_case
 from nncert.testing.criteria import GRAPH_CRITERIA, GraphCriterion, type_class
 
 T = OperandType
@@ -275,19 +276,12 @@ def _graph_version(g: Graph) -> Version:
                 for i in op.inputs]
         outs = [g.nodes[i].operand for i in op.outputs]
         try:
-            ctx = bind(record, ins, [_known(record, o, v) for o, v in zip(ins, vals, strict=True)], outs)
+            known = [kernel_value(record, o, v) for o, v in zip(ins, vals, strict=True)]
+            ctx = bind(record, ins, known, outs)
             version = max(version, instance_version(ctx))
         except (ShapeError, Unknown, KeyError):
             version = max(version, max(record.versions))
     return version
-
-
-def _known(record: OpRecord, operand: Operand | None, value: Any) -> Any:
-    from nncert.ops.base import to_real
-
-    if operand is None or value is None:
-        return None
-    return to_real(value, operand) if record.dequantize else value
 
 
 # ---------------------------------------------------------------------------------------
@@ -493,37 +487,14 @@ class HypothesisDraw(Draw):
     large graph makes thousands of choices; structure is shrunk by the number of
     operations here and by the cuts of ``random_graphs.reduce``."""
 
-    def fork(self) -> Draw:
-        return Draw(np.random.default_rng(self.int(0, (1 << 64) - 1)))
-
     def __init__(self, draw: Any) -> None:
-        from hypothesis import strategies as st
-
         self.draw = draw  # hypothesis's draw function of a composite strategy
-        self.st = st
 
     def int(self, lo: int, hi: int) -> int:
         return lo if lo >= hi else self.draw(_integers(lo, hi))
 
-    def choice(self, seq: Sequence[Any]) -> Any:
-        # Hypothesis favours small integers; a wide draw taken modulo keeps the choice
-        # uniform while it generates, and still shrinks to the first element.
-        return seq[self.int(0, (1 << 16) - 1) % len(seq)] if len(seq) > 1 else seq[0]
-
-    def bool(self, p: float = 0.5) -> bool:
-        return self.int(0, (1 << 16) - 1) % 100 >= 100 - round(100 * p)
-
-    def float(self, lo: float, hi: float) -> float:
-        return self.draw(self.st.floats(lo, hi, allow_nan=False, allow_infinity=False))
-
-    def _rng(self) -> np.random.Generator:
-        return np.random.default_rng(self.int(0, 2**32 - 1))
-
-    def array(self, shape: Sequence[int], lo: float, hi: float) -> np.ndarray:
-        return self._rng().uniform(lo, hi, size=tuple(shape))
-
-    def integers(self, shape: Sequence[int], lo: int, hi: int) -> np.ndarray:
-        return self._rng().integers(lo, hi + 1, size=tuple(shape))
+    def fork(self) -> Draw:
+        return Draw(np.random.default_rng(self.int(0, (1 << 64) - 1)))
 
 
 def strategy(cell: Cell):
@@ -545,8 +516,6 @@ def strategy(cell: Cell):
 def seeded(cell: Cell, seed: int) -> Graph:
     """The graph of ``cell`` for a plain numpy ``seed`` (no hypothesis): quick and stable."""
     key = f"{cell.label}/{seed}".encode()
-    import hashlib
-
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
     return generate(Draw(rng), cell)
 
@@ -604,8 +573,6 @@ def _json_default(x: Any) -> Any:
         return x.item()
     if isinstance(x, np.ndarray):
         return x.tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
     raise TypeError(f"{type(x).__name__} is not JSON serialisable")
 
 
@@ -650,10 +617,7 @@ def _graph_of(doc: Any) -> Graph:
     for i, item in enumerate(doc["operands"]):
         where = f"operands[{i}]"
         need(isinstance(item, dict), f"{where} must be an object")
-        try:
-            t = T[item["type"]]
-        except (KeyError, TypeError):
-            raise SpecError(f"{where}.type: {item.get('type')!r} is not an operand type") from None
+        t = _member(T, item.get("type"), f"{where}.type", "an operand type")
         dims = item.get("dims", [])
         need(isinstance(dims, list) and all(isinstance(d, int) and d >= 0 for d in dims),
              f"{where}.dims must be a list of non-negative integers")
@@ -684,10 +648,7 @@ def _graph_of(doc: Any) -> Graph:
     for k, item in enumerate(doc["operations"]):
         where = f"operations[{k}]"
         need(isinstance(item, dict), f"{where} must be an object")
-        try:
-            op_type = OperationType[item["type"]]
-        except (KeyError, TypeError):
-            raise SpecError(f"{where}.type: {item.get('type')!r} is not an operation type") from None
+        op_type = _member(OperationType, item.get("type"), f"{where}.type", "an operation type")
         for key in ("inputs", "outputs"):
             idx = item.get(key)
             need(isinstance(idx, list) and all(isinstance(i, int) and 0 <= i < n for i in idx),
@@ -704,6 +665,13 @@ def _graph_of(doc: Any) -> Graph:
     g = Graph(cell, nodes, ops, list(outputs))
     g.version = _graph_version(g)
     return g
+
+
+def _member(enum: Any, name: Any, where: str, what: str) -> Any:
+    try:
+        return enum[name]
+    except (KeyError, TypeError):
+        raise SpecError(f"{where}: {name!r} is not {what}") from None
 
 
 def _array(value: Any, operand: Operand, where: str) -> np.ndarray:

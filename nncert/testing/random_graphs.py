@@ -46,10 +46,13 @@ class Outcome:
         return self.status == "failed"
 
 
-def judge(graph: Graph, model: Model, actual: list[np.ndarray]) -> list[str]:
-    """The ACC-5 reasons ``actual`` is outside the graph's criteria (empty: it passes)."""
+def judge(graph: Graph, model: Model, actual: list[np.ndarray],
+          expected: list[np.ndarray] | None = None) -> list[str]:
+    """The ACC-5 reasons ``actual`` is outside the graph's criteria around ``expected``
+    (default: the golden); empty when it passes."""
+    expected = graph.expected if expected is None else expected
     reasons = []
-    for k, (idx, e, a) in enumerate(zip(graph.outputs, graph.expected, actual, strict=True)):
+    for k, (idx, e, a) in enumerate(zip(graph.outputs, expected, actual, strict=True)):
         t = model.main.operands[idx].type
         why = compare_graph(e, a, t, graph.criterion(t), output=k)
         if why:
@@ -243,19 +246,10 @@ def triage(failure: Failure, driver_spec: str) -> dict | None:
         graph = failure.graph
         model, feeds = graph.model()
         verdict = t.verdict(model, feeds, graph.expected, failure.outcome.actual,
-                            agree=lambda one, other: _agree(graph, model, one, other))
+                            agree=lambda one, other: not judge(graph, model, other, one))
     finally:
         t.close()
     return verdict.as_dict() if verdict else None
-
-
-def _agree(graph: Graph, model: Model, one: list[np.ndarray], other: list[np.ndarray]) -> bool:
-    """Whether two runtimes' outputs agree within the graph's criteria."""
-    for idx, a, b in zip(graph.outputs, one, other, strict=True):
-        t = model.main.operands[idx].type
-        if compare_graph(a, b, t, graph.criterion(t)):
-            return False
-    return True
 
 
 def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
