@@ -30,6 +30,8 @@ from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import (
     NO_TIMING_INFO,
+    BufferDesc,
+    BufferRole,
     Capabilities,
     Model,
     OutputShape,
@@ -311,6 +313,19 @@ class Burst:
         del self.slots[slot]
 
 
+class Buffer:
+    """A driver-managed buffer (IBuffer, MEM-4..7)."""
+
+    def copy_to(self, destination: Memory) -> None:
+        """Copy the buffer's contents into ``destination`` (whose size must match)."""
+        raise NotImplementedError
+
+    def copy_from(self, source: Memory, dimensions: Sequence[int] = ()) -> None:
+        """Set the buffer's contents from ``source``; ``dimensions`` gives the actual shape
+        where the buffer's own is not fully known (MEM-6)."""
+        raise NotImplementedError
+
+
 class Driver:
     """Base of drivers (IDevice). ``name`` is how the registry knows it."""
 
@@ -355,7 +370,10 @@ class Driver:
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name} does not support compilation caching")
 
     # -- memory domains (MEM-4, optional) --
-    def allocate(self, *args: Any, **kwargs: Any) -> Any:
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]) -> tuple[Buffer, int]:
+        """A driver-managed buffer for the given roles and its token (> 0), which a request
+        names in place of a memory pool (IDevice::allocate)."""
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name} does not support memory domains")
 
     def close(self) -> None:
@@ -385,6 +403,7 @@ def timing_for(measure: MeasureTiming, start_ns: int, device_ns: int) -> Timing:
 
 __all__ = [
     "NO_TIMING",
+    "Buffer",
     "Burst",
     "Deadline",
     "Driver",

@@ -174,6 +174,25 @@ class Request:
 
 
 @dataclass(frozen=True)
+class BufferDesc:
+    """What an app asks of a driver-managed buffer (MEM-4): its dimensions, which may be
+    left empty or hold zeros; the roles then decide them (MEM-6)."""
+
+    dimensions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferRole:
+    """One use a driver-managed buffer is allocated for (MEM-4): input or output
+    ``io_index`` of prepared model ``model_index`` (an index into the list of prepared
+    models given to ``allocate``), used with ``probability`` in (0, 1]."""
+
+    model_index: int
+    io_index: int
+    probability: float = 1.0
+
+
+@dataclass(frozen=True)
 class Timing:
     """Microseconds; NO_TIMING where not measured (EXE-7)."""
 

@@ -308,6 +308,10 @@ class DeviceType(enum.IntEnum):
 
 #: "not available" for Timing fields (EXE-7).
 NO_TIMING = 2**64 - 1
+#: A WHILE loop's time limit per execution when the request names none, and the most it may
+#: name, in nanoseconds (EXE-9).
+LOOP_TIMEOUT_DEFAULT_NS = 2_000_000_000
+LOOP_TIMEOUT_MAXIMUM_NS = 15_000_000_000
 #: Bytes of a compilation-cache token (CACHE-1).
 BYTE_SIZE_OF_CACHE_TOKEN = 32
 #: Constants of at most this many bytes travel in operandValues (MEM-1).
