@@ -756,10 +756,29 @@ def _transpose(n: Node) -> None:
 
 
 def _squeeze(n: Node) -> None:
+    shape = n.operand("input").dimensions
     dims = n.value("squeeze_dims").reshape(-1).tolist() if n.has("squeeze_dims") else []
     if not dims:  # NNAPI: all dimensions of size 1
-        dims = [i for i, d in enumerate(n.operand("input").dimensions) if d == 1]
+        dims = [i for i, d in enumerate(shape) if d == 1]
+    if len({int(d) % len(shape) for d in dims}) == len(shape):
+        # Every dimension squeezed: NNAPI keeps [1], TFLite a scalar (see _reduce).
+        n.g.op("RESHAPE", [n.t("input"), n.g.const([1])], [n.out()])
+        return
     n.g.op("SQUEEZE", [n.t("input")], [n.out()], "Squeeze", squeezeDims=[int(d) for d in dims])
+
+
+def _strided_slice(n: Node) -> None:
+    rank = n.operand("input").rank
+    shrink = int(n.scalar("shrink_axis_mask"))
+    fields = dict(beginMask=int(n.scalar("begin_mask")), endMask=int(n.scalar("end_mask")),
+                  shrinkAxisMask=shrink)
+    ins = [n.t("input"), n.t("begin"), n.t("end"), n.t("strides")]
+    if shrink & ((1 << rank) - 1) != (1 << rank) - 1:
+        n.g.op("STRIDED_SLICE", ins, [n.out()], "StridedSlice", **fields)
+        return
+    # Every axis shrunk: NNAPI gives [1], TFLite a scalar (see _reduce).
+    one = n.g.unary("STRIDED_SLICE", ins[0], [], extra=ins[1:], options="StridedSlice", **fields)
+    n.g.op("RESHAPE", [one, n.g.const([1])], [n.out()])
 
 
 def _reshape(n: Node) -> None:
@@ -907,10 +926,7 @@ MAPPINGS: dict[Op, Callable[[Node], None]] = {
     Op.SQUEEZE: _squeeze,
     Op.TRANSPOSE: _transpose,
     Op.SLICE: _direct("SLICE", names=("input", "begin", "size")),
-    Op.STRIDED_SLICE: lambda n: _direct(
-        "STRIDED_SLICE", "StridedSlice", names=("input", "begin", "end", "strides"),
-        beginMask=int(n.scalar("begin_mask")), endMask=int(n.scalar("end_mask")),
-        shrinkAxisMask=int(n.scalar("shrink_axis_mask")))(n),
+    Op.STRIDED_SLICE: _strided_slice,
     Op.TILE: _direct("TILE", names=("input", "multiples")),
     Op.GATHER: lambda n: _direct("GATHER", "Gather", names=("input", "indices"),
                                  axis=int(n.scalar("axis")))(n),
