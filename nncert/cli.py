@@ -30,6 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _cmd_ops(args: argparse.Namespace) -> int:
     from nncert.ops import records
+    from nncert.ops.control_flow import CONTROL_FLOW
 
     rows = []
     for r in records():
@@ -47,15 +48,19 @@ def _cmd_ops(args: argparse.Namespace) -> int:
             "criterion": r.criterion,
             "doc": r.doc,
         })
+    for flow in CONTROL_FLOW.values():  # IF / WHILE: subgraph arguments, no OpRecord (EXE-9)
+        rows.append({"operation": flow.name, "code": int(flow.type), "since": flow.version.label,
+                     "variants": {}, "signatures": [flow.signature], "layout": False,
+                     "activation": False, "criterion": None, "doc": flow.doc})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for row in rows:
         variants = "; ".join(f"{ver}: {', '.join(vs)}" for ver, vs in row["variants"].items())
         flags = "".join([" [layout]" if row["layout"] else "", " [activation]" if row["activation"] else ""])
-        print(f"{row['operation']:<30} HAL {row['since']:<4} {variants}{flags}")
+        print(f"{row['operation']:<30} HAL {row['since']:<4} {variants or row['signatures'][0]}{flags}")
     n_variants = sum(len(r.variants) for r in records())
-    print(f"{len(rows)} operations, {n_variants} type variants")
+    print(f"{len(rows)} operations ({len(CONTROL_FLOW)} control flow), {n_variants} type variants")
     return 0
 
 
@@ -210,11 +215,21 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     except SpecError as e:
         raise UsageError(str(e)) from None
     driver = load_driver(args.driver)
+    cache: list[str] = []
+
+    def prepare_with_cache(model):  # CACHE-1: the runtime's side, as an app would use it
+        from nncert.drivers.caching import prepare_with_cache
+        got = prepare_with_cache(driver, model, args.cache_dir)
+        cache.append(got.describe())
+        return got.prepared
+
     try:
-        outcome = run(driver, graph)
+        outcome = run(driver, graph, prepare_with_cache if args.cache_dir else None)
     finally:
         driver.close()
     print(graph.describe())
+    if cache:
+        print(f"cache: {cache[0]}")
     verdict = {"passed": "PASS", "failed": "FAIL", "declined": "DECLINED"}[outcome.status]
     detail = "; ".join(outcome.reasons)
     print(f"{verdict}: {args.driver} on {args.file} ({len(graph.ops)} operations, "
@@ -248,6 +263,9 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="the spec file")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver to replay on (default: reference)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="compile through a compilation cache in DIR, as the NNAPI runtime does, "
+                        "and say whether it was a hit, a miss or refused")
     p.set_defaults(func=_cmd_repro)
 
 

@@ -34,11 +34,14 @@ def run_conformance(driver: str, report: Path, *extra: str, suite: str = "") -> 
 
 
 @pytest.fixture(scope="module")
-def mutant_runs(tmp_path_factory) -> dict[str, tuple[Future, Path]]:
-    """Every mutant's conformance run, started at once, as many at a time as there are cores."""
+def mutant_runs(request, tmp_path_factory) -> dict[str, tuple[Future, Path]]:
+    """The conformance run of every selected mutant, started at once, as many at a time as
+    there are cores."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")}
     pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
     runs = {}
-    for name in WRONG_ANSWER:
+    for name in sorted(selected):
         report = tmp_path_factory.mktemp(name) / "report.json"
         # A mutant of one suite runs that suite alone, on the cells its fault can show in.
         suite = MUTANTS[name].suite

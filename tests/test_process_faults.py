@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = ROOT / "conformance"
 OP = "LOGICAL_NOT"  # few cases, so that each hang's deadline costs little
 SELECT = f"{OP} or LOGICAL_AND or consecutive"
 
@@ -30,10 +31,14 @@ RUNS = [
     # Every fenced execution hangs, so every_path (which includes one) is left out.
     pytest.param("service:mutant:silent_fence", ["--hang-timeout=1"],
                  "fenced or (LOGICAL_AND and not every_path)", "hang", "fence", id="silent-fence-service"),
+    # A suite file among the extra arguments joins the run; -k keeps that file's tests only.
+    pytest.param("service:mutant:endless_while",
+                 ["--driver-option=timeout=2", "--hang-timeout=2", str(CONFORMANCE / "test_control_flow.py")],
+                 "test_control_flow", "hang", "loop_timeout", id="endless-while-service"),
 ]
 
 
-@pytest.mark.req("MLTS-2", "BURST-4", "EXE-1")
+@pytest.mark.req("MLTS-2", "BURST-4", "EXE-1", "EXE-9")
 @pytest.mark.parametrize(("driver", "extra", "select", "outcome", "affected"), RUNS)
 def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, select, outcome, affected):
     report = tmp_path / "report.json"

@@ -390,6 +390,11 @@ def test_a_burst_slot_sent_but_never_run_can_be_released(service):
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
+#: Conformance tests of what only a hosted driver has (a message queue, a second client):
+#: they skip in process.
+HOSTED_ONLY = {"test_malformed_queue_message_gets_an_error_result", "test_token_of_another_client"}
+
+
 @pytest.mark.req("DRV-1", "MEM-2", "EXE-1")
 def test_conformance_through_the_service_equals_in_process(tmp_path):
     """The whole conformance suite gives the very same outcome for every test whether the
@@ -409,7 +414,8 @@ def test_conformance_through_the_service_equals_in_process(tmp_path):
         outcomes[spec] = {n: r["outcome"] for n, r in json.loads(report.read_text())["tests"].items()}
     local, remote = outcomes["reference"], outcomes["service:reference"]
     assert local.keys() == remote.keys()
-    differ = [n for n in local if local[n] != remote[n]]
+    differ = [n for n in local if local[n] != remote[n]
+              and not (n.split("::")[-1].split("[")[0] in HOSTED_ONLY and local[n] == "skipped")]
     assert not differ, f"{len(differ)} tests differ, e.g. {differ[:3]}"
 
 

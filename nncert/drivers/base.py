@@ -301,7 +301,7 @@ class Burst:
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"{len(slots)} slot ids for {len(request.pools)} pools")
         for slot, pool in zip(slots, request.pools, strict=True):
-            if slot < 0:
+            if not 0 <= slot < 2**63:  # a slot id is a non-negative int64 (VAL-1)
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid memory slot {slot}")
             self.slots.setdefault(slot, pool)
         cached = Request(request.inputs, request.outputs, [self.slots[s] for s in slots])
@@ -333,9 +333,17 @@ class Driver:
     feature_level: Version = LATEST
     device_type: DeviceType = DeviceType.OTHER
 
-    def __init__(self, **options: Any) -> None:
+    #: Model and data cache files of a driver that implements export_compiled and
+    #: import_compiled (CACHE-2).
+    cache_files: tuple[int, int] = (1, 1)
+    #: Where the driver keeps state (the compilation-cache token store), None: the default
+    #: (nncert.drivers.caching.state_dir).
+    state_dir: str | None = None
+
+    def __init__(self, state_dir: str | None = None, **options: Any) -> None:
         if options:
             raise ValueError(f"driver {self.name!r} takes no option {', '.join(sorted(options))!r}")
+        self.state_dir = state_dir
 
     # -- queries (DRV-1: the same answer every time) --
     def capabilities(self) -> Capabilities:
@@ -352,7 +360,9 @@ class Driver:
 
     def number_of_cache_files_needed(self) -> tuple[int, int]:
         """(model cache files, data cache files); (0, 0): no compilation caching (CACHE-2)."""
-        return 0, 0
+        if type(self).export_compiled is Driver.export_compiled:
+            return 0, 0
+        return self.cache_files
 
     # -- compilation --
     def supported_operations(self, model: Model) -> list[bool]:
@@ -367,7 +377,26 @@ class Driver:
 
     def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
                                  data_cache: Sequence[int], token: bytes) -> PreparedModel:
-        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.name} does not support compilation caching")
+        """Checks the token's recorded hash, then import_compiled (nncert.drivers.caching)."""
+        from nncert.drivers import caching
+        return caching.load(self, deadline, model_cache, data_cache, token)
+
+    # -- compilation caching (CACHE-1..7): a driver opts in with the two hooks below --
+    def export_compiled(self, prepared: PreparedModel) -> tuple[bytes, bytes]:
+        """A prepared model of this driver as (model cache, data cache) bytes."""
+        raise NotImplementedError
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        """What export_compiled wrote, prepared again; HalError when it cannot be."""
+        raise NotImplementedError
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        """What ``prepare_model`` does last: write the caches, record the token's hash (never
+        fails the preparation), and return ``prepared``."""
+        from nncert.drivers import caching
+        caching.save(self, prepared, model_cache, data_cache, token)
+        return prepared
 
     # -- memory domains (MEM-4, optional) --
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],

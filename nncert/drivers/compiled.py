@@ -233,12 +233,23 @@ class CompiledDriver(Driver):
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"operation {n} ({op.type.name}) is not supported: {reason}")
         try:
-            return CompiledPreparedModel(self, model, wide)
+            prepared = CompiledPreparedModel(self, model, wide)
         except HalError:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"{self.name} cannot compile the model: {type(e).__name__}: {e}") from None
+        return self.save_to_cache(prepared, model_cache, data_cache, token)
+
+    # -- compilation caching (CACHE-1..7): the HAL model; the runtime compiles it again on import --
+    def export_compiled(self, prepared: PreparedModel) -> tuple[bytes, bytes]:
+        from nncert.drivers.caching import export_model
+        return export_model(prepared.model)
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        from nncert.drivers.caching import import_model
+        model, _ = import_model(model_cache, data_cache, self.feature_level)
+        return self.prepare_model(model)
 
 
 def _probe_key(single: Model) -> bytes:

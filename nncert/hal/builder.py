@@ -44,6 +44,7 @@ class ModelBuilder:
         self.operations: list[Operation] = []
         self._values: dict[int, bytes] = {}
         self._no_value: set[int] = set()
+        self._subgraphs: dict[int, tuple[ModelBuilder | Subgraph, tuple[int, ...], tuple[int, ...]]] = {}
         self.pool_kind = pool_kind
 
     def operand(self, type_: OperandType, dims: Sequence[int] = (), scale: float = 0.0,
@@ -74,38 +75,74 @@ class ModelBuilder:
     def operation(self, type_: OperationType, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         self.operations.append(Operation(OperationType(type_), list(inputs), list(outputs)))
 
+    def subgraph(self, sub: ModelBuilder | Subgraph, inputs: Sequence[int] = (),
+                 outputs: Sequence[int] = ()) -> int:
+        """A SUBGRAPH operand naming ``sub`` as a referenced subgraph (IF / WHILE arguments,
+        EXE-9). A builder's ``inputs`` and ``outputs`` are its operands that the subgraph takes
+        and gives; its constants are laid out with this model's. A ``Subgraph`` is taken as it
+        is (its constants must already point into this model). Each builder is referenced
+        once however many operands name it; nesting is allowed."""
+        idx = self.operand(OperandType.SUBGRAPH)
+        self._subgraphs[idx] = (sub, tuple(inputs), tuple(outputs))
+        return idx
+
     def build(self, inputs: Sequence[int], outputs: Sequence[int], relax: bool = False) -> Model:
-        operands = [Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
-                            DataLocation(), o.channel_quant) for o in self.operands]
+        # The main subgraph, then every referenced one in first-reference order.
+        entries: list[tuple[ModelBuilder | Subgraph, tuple[int, ...], tuple[int, ...]]] = \
+            [(self, tuple(inputs), tuple(outputs))]
+        where: dict[tuple[int, tuple[int, ...], tuple[int, ...]], int] = {}
+        refs: list[dict[int, int]] = []  # per entry: SUBGRAPH operand -> referenced index
+        k = 0
+        while k < len(entries):
+            sub = entries[k][0]
+            mine: dict[int, int] = {}
+            for idx, (child, ins, outs) in getattr(sub, "_subgraphs", {}).items():
+                key = (id(child), ins, outs)
+                if key not in where:
+                    where[key] = len(entries) - 1
+                    entries.append((child, ins, outs))
+                mine[idx] = where[key]
+            refs.append(mine)
+            k += 1
         copy_values = bytearray()
-        big: list[tuple[int, bytes]] = []
-        for idx, data in self._values.items():
-            if len(data) <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES:
-                operands[idx].lifetime = OperandLifeTime.CONSTANT_COPY
-                operands[idx].location = DataLocation(0, len(copy_values), len(data))
-                copy_values += data
-            else:
-                big.append((idx, data))
+        big: list[tuple[Operand, bytes]] = []
+        graphs: list[Subgraph] = []
+        for (sub, ins, outs), mine in zip(entries, refs, strict=True):
+            if isinstance(sub, Subgraph):
+                graphs.append(sub)
+                continue
+            operands = [Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
+                                DataLocation(), o.channel_quant) for o in sub.operands]
+            for idx, data in sub._values.items():
+                if len(data) <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES:
+                    operands[idx].lifetime = OperandLifeTime.CONSTANT_COPY
+                    operands[idx].location = DataLocation(0, len(copy_values), len(data))
+                    copy_values += data
+                else:
+                    big.append((operands[idx], data))
+            for idx in sub._no_value:
+                operands[idx].lifetime = OperandLifeTime.NO_VALUE
+            for idx, ref in mine.items():
+                operands[idx].lifetime = OperandLifeTime.SUBGRAPH
+                operands[idx].location = DataLocation(0, ref, 0)
+            for idx in ins:
+                operands[idx].lifetime = OperandLifeTime.SUBGRAPH_INPUT
+            for idx in outs:
+                operands[idx].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
+            graphs.append(Subgraph(operands, [Operation(o.type, list(o.inputs), list(o.outputs))
+                                              for o in sub.operations], list(ins), list(outs)))
         pools: list[Memory] = []
         if big:
             total = sum(_align(len(d)) for _, d in big)
             pool = Memory.create(total, self.pool_kind)
             view, offset = pool.view(), 0
-            for idx, data in big:
+            for operand, data in big:
                 view[offset:offset + len(data)] = data
-                operands[idx].lifetime = OperandLifeTime.CONSTANT_REFERENCE
-                operands[idx].location = DataLocation(0, offset, len(data))
+                operand.lifetime = OperandLifeTime.CONSTANT_REFERENCE
+                operand.location = DataLocation(0, offset, len(data))
                 offset += _align(len(data))
             pools.append(pool)
-        for idx in self._no_value:
-            operands[idx].lifetime = OperandLifeTime.NO_VALUE
-        for idx in inputs:
-            operands[idx].lifetime = OperandLifeTime.SUBGRAPH_INPUT
-        for idx in outputs:
-            operands[idx].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
-        main = Subgraph(operands, [Operation(o.type, list(o.inputs), list(o.outputs))
-                                   for o in self.operations], list(inputs), list(outputs))
-        return Model(main, [], bytes(copy_values), pools, relax)
+        return Model(graphs[0], graphs[1:], bytes(copy_values), pools, relax)
 
 
 def build_request(model: Model, inputs: Sequence[np.ndarray],

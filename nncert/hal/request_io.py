@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,18 @@ from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import Model, OutputShape, Request, RequestArgument, dtype_of
 from nncert.hal.types import ErrorStatus
+
+if TYPE_CHECKING:
+    from nncert.drivers.memory_domain import Binding
+
+
+def _bind(model: Model, request: Request) -> Binding | None:
+    """The request's driver-managed buffers, every use of a token checked (MEM-4); None when
+    every pool is shared memory."""
+    if all(isinstance(pool, Memory) for pool in request.pools):
+        return None
+    from nncert.drivers.memory_domain import bind_request  # drivers build on hal: import late
+    return bind_request(model, request)
 
 
 def _pool_view(request: Request, arg: RequestArgument, what: str) -> memoryview:
@@ -29,10 +42,14 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
 
     ``copy=False`` gives views of the pools instead, for a caller that copies them into its
     runtime at once: they must not outlive the call (a pool cannot close while viewed)."""
-    plan: list[tuple[memoryview, int, np.dtype, tuple[int, ...], int] | None] = []
+    binding = _bind(model, request)
+    plan: list[tuple[memoryview, int, np.dtype, tuple[int, ...], int] | np.ndarray | None] = []
     for i, (idx, arg) in enumerate(zip(model.main.input_indexes, request.inputs, strict=True)):
         if arg.has_no_value:
             plan.append(None)
+            continue
+        if binding is not None and i in binding.inputs:
+            plan.append(binding.read_input(i, arg.dimensions, copy))
             continue
         operand = model.main.operands[idx]
         dims = tuple(arg.dimensions) or operand.dimensions
@@ -48,8 +65,8 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
     # Every check is done: no error can now leave a view of a pool behind.
     values: list[np.ndarray | None] = []
     for item in plan:
-        if item is None:
-            values.append(None)
+        if item is None or isinstance(item, np.ndarray):
+            values.append(item)
             continue
         view, offset, dtype, dims, n = item
         arr = np.frombuffer(view, dtype, n, offset)
@@ -62,13 +79,24 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
 def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray]) -> list[OutputShape]:
     """Copy outputs into the request's buffers and return their shapes; raises
     OUTPUT_INSUFFICIENT_SIZE (with every output's shape) if any buffer is too small (EXE-5)."""
+    binding = _bind(model, request)
+    buffered = binding.outputs if binding is not None else {}
     shapes = []
-    for arg, value in zip(request.outputs, outputs, strict=True):
-        shapes.append(OutputShape(tuple(int(d) for d in value.shape), value.nbytes <= arg.location.length))
+    for i, (arg, value) in enumerate(zip(request.outputs, outputs, strict=True)):
+        # A driver-managed buffer takes any shape it fits (MEM-6): Binding.check_outputs judges.
+        shapes.append(OutputShape(tuple(int(d) for d in value.shape),
+                                  i in buffered or value.nbytes <= arg.location.length))
+    if binding is not None:
+        binding.check_outputs(outputs)
     if not all(s.is_sufficient for s in shapes):
         small = [i for i, s in enumerate(shapes) if not s.is_sufficient]
+        if binding is not None:
+            binding.fail()
         raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, f"output buffers too small: {small}", shapes)
     for i, (arg, value) in enumerate(zip(request.outputs, outputs, strict=True)):
+        if i in buffered:
+            binding.write_output(i, value)  # type: ignore[union-attr]
+            continue
         value = np.ascontiguousarray(value)
         view = _pool_view(request, arg, f"request output {i}")
         # One copy, straight into the pool.

@@ -113,7 +113,7 @@ from nncert.hal.types import (
     Priority,
     Version,
 )
-from nncert.ops import get
+from nncert.ops import control_flow, get
 from nncert.ops.base import Match, OpRecord, ShapeError, Signature, Unknown, match, to_real
 from nncert.ops.evaluate import bind, instance_version, output_shapes
 
@@ -811,7 +811,8 @@ def _validate_control_flow(ctx: _Ctx, sg: Subgraph, op: Operation, n: int, prefi
     referenced = ctx.model.referenced
 
     def fail(detail: str) -> None:
-        raise ValidationError("control-flow", where, detail)
+        expected = control_flow.get(op.type).signature
+        raise ValidationError("control-flow", where, f"{detail} (expected {expected})")
 
     def subgraph_of(idx: int, what: str) -> Subgraph:
         o = ops[idx]
@@ -1054,7 +1055,8 @@ def _validate_argument(arg: RequestArgument, operand: Operand, sizes: list[int |
         else:
             merged = mdims
         known = bool(merged) and all(merged)
-        if not known and not is_output:
+        # A driver-managed buffer (size None) knows its input's shape itself (MEM-6).
+        if not known and not is_output and size is not None:
             raise ValidationError("request-dimensions", where,
                                   f"input not fully specified: model {list(mdims)}, request "
                                   f"{list(rdims)}")

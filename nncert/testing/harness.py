@@ -3,12 +3,12 @@ and judge the outputs. One place, so every suite skips, fails and reports the sa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
-from nncert.drivers.base import Driver, PreparedModel, SyncFence, hang_timeout
+from nncert.drivers.base import Deadline, Driver, PreparedModel, SyncFence, hang_timeout
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
@@ -22,18 +22,21 @@ PATHS = ("sync", "async", "fenced", "burst")
 
 
 def execute(prepared: PreparedModel, request: Request, path: str = "sync",
-            measure: MeasureTiming = MeasureTiming.NO) -> tuple[list[OutputShape], Timing]:
-    """Run ``request`` on ``path``; raises HalError with the status on failure."""
+            measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+            loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+    """Run ``request`` on ``path`` with the given deadline and loop timeout (EXE-9, EXE-10);
+    raises HalError with the status on failure."""
     if path == "sync":
-        return prepared.execute_synchronously(request, measure)
+        return prepared.execute_synchronously(request, measure, deadline, loop_timeout)
     if path == "async":
-        callback = prepared.execute(request, measure)
+        callback = prepared.execute(request, measure, deadline, loop_timeout)
         if not callback.notified(hang_timeout()):
             raise DriverFault("HANG", f"the execution callback was not notified within {hang_timeout():g} s")
         return callback.wait().raise_for_status()
     if path == "fenced":
         # An already signalled wait-for fence: the driver's real fence path, not the shortcut.
-        fence, callback = prepared.execute_fenced(request, [SyncFence.signalled()], measure)
+        fence, callback = prepared.execute_fenced(request, [SyncFence.signalled()], measure, deadline,
+                                                  loop_timeout)
         wait_fence(fence)
         info = callback.get_execution_info()
         if info.status is not ErrorStatus.NONE:
@@ -41,8 +44,20 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
         return [], info.timing_launched
     if path == "burst":
         burst = prepared.configure_execution_burst()
-        return burst.execute(request, list(range(len(request.pools))), measure)
+        return burst.execute(request, list(range(len(request.pools))), measure, deadline, loop_timeout)
     raise ValueError(f"unknown execution path {path!r} (known: {', '.join(PATHS)})")
+
+
+def status_of(call: Callable[[], object]) -> ErrorStatus:
+    """The status of a driver call: NONE when it returns, the HalError's status when it
+    fails. A DriverFault (the driver died or hung) propagates, to be classified as such."""
+    try:
+        call()
+    except DriverFault:
+        raise
+    except HalError as e:
+        return e.status
+    return ErrorStatus.NONE
 
 
 def wait_fence(fence: SyncFence | None) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nncert.drivers.base import Driver
+from nncert.drivers.base import Driver, PreparedModel
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model
@@ -60,8 +60,9 @@ def judge(graph: Graph, model: Model, actual: list[np.ndarray],
     return reasons
 
 
-def run(driver: Driver, graph: Graph) -> Outcome:
-    """Prepare and execute ``graph`` on ``driver`` and judge the outputs."""
+def run(driver: Driver, graph: Graph, prepare: Callable[[Model], PreparedModel] | None = None) -> Outcome:
+    """Prepare (with ``prepare``, default ``driver.prepare_model``) and execute ``graph`` on
+    ``driver`` and judge the outputs."""
     alive = getattr(driver, "alive", None)
     if alive is not None and not alive():
         driver.restart()  # a hosted driver that died on an earlier graph
@@ -77,7 +78,7 @@ def run(driver: Driver, graph: Graph) -> Outcome:
         return Outcome("declined", [f"declines {', '.join(names)}"])
     dims = [tuple(e.shape) for e in graph.expected]
     try:
-        prepared = driver.prepare_model(model)
+        prepared = (prepare or driver.prepare_model)(model)
         request = build_request(model, feeds, dims)
         prepared.execute_synchronously(request)
         actual = read_outputs(model, request, dims)

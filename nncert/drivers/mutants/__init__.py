@@ -91,6 +91,9 @@ class MutantDriver(ReferenceDriver):
             super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
         return self.prepared_class(model.copy(), self)
 
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        return self.prepared_class(super().import_compiled(model_cache, data_cache).model, self)
+
     def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return run_model(model, inputs, self.mutate_operation)
 
@@ -337,6 +340,10 @@ class MutantInfo:
     suite: str = ""
 
 
+from nncert.drivers.mutants.caching import HashesFile, TrustsCache  # noqa: E402
+from nncert.drivers.mutants.memory import IgnoresRoles  # noqa: E402
+from nncert.drivers.mutants.timing import EndlessWhile, IgnoresDeadlines  # noqa: E402
+
 MUTANTS: dict[str, MutantInfo] = {
     m.cls.name: m for m in (
         MutantInfo(QuantOffBy2, "ACC-2"),
@@ -351,6 +358,11 @@ MUTANTS: dict[str, MutantInfo] = {
         MutantInfo(HangOn, "MLTS-2", "HANG"),
         MutantInfo(BurstDeath, "BURST-4", "CRASH"),
         MutantInfo(SilentFence, "EXE-1", "HANG"),
+        MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
+        MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
+        MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
+        MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
+        MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
     )
 }
 

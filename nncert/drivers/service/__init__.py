@@ -45,12 +45,13 @@ from nncert.drivers.base import (
     SyncFence,
     hang_timeout,
 )
-from nncert.drivers.service import wire
+from nncert.drivers.service import buffers, wire
+from nncert.drivers.service.buffers import RemoteBuffer
 from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
 from nncert.drivers.service.spin import poll_readable
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
-from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing
+from nncert.hal.model import BufferDesc, BufferRole, Capabilities, Model, OutputShape, Request, Timing
 from nncert.hal.types import (
     DeviceType,
     ErrorStatus,
@@ -615,6 +616,12 @@ class ServiceDriver(Driver):
         reply, _, _ = conn.call("prepare_model_from_cache", body, fds=[*model_cache, *data_cache],
                                 deadline=deadline)
         return RemotePreparedModel(conn, int(reply["handle"]))
+
+    # -- memory domains (MEM-4..7): the buffer lives in the service, a token names it --
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[RemoteBuffer, int]:
+        return buffers.allocate(self.conn, desc, prepared_models, input_roles, output_roles)
 
 
 def create(spec: str = "", timeout: str | None = None) -> ServiceDriver:

@@ -45,6 +45,11 @@ class QueueTimeout(Exception):  # noqa: N818 - an event, not a bug
     """The deadline passed while waiting for data or space."""
 
 
+class CorruptMessageError(ValueError):
+    """A message header claims more bytes than the queue holds (a malformed or oversized
+    write by the peer). Everything queued was discarded, so the queue is usable again."""
+
+
 class MessageQueue:
     """One direction of a burst: the shared ring plus its two eventfds."""
 
@@ -120,7 +125,9 @@ class MessageQueue:
         self._latency += 0.2 * (time.monotonic() - start - self._latency)
         (length,) = _LEN.unpack(self._copy_out(head, _LEN.size))
         if length > tail - head - _LEN.size:
-            raise ValueError(f"corrupt queue: message of {length} bytes, {tail - head} available")
+            self._index[0] = tail  # drop it all: the next message starts afresh (VAL-1)
+            os.eventfd_write(self.space_fd, 1)
+            raise CorruptMessageError(f"corrupt queue: message of {length} bytes, {tail - head} available")
         payload = self._copy_out(head + _LEN.size, length)
         self._index[0] = head + _LEN.size + length  # release the space
         os.eventfd_write(self.space_fd, 1)

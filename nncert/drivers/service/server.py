@@ -31,7 +31,8 @@ from typing import Any
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Burst, Driver, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.service import wire
-from nncert.drivers.service.fmq import MessageQueue, QueueAborted
+from nncert.drivers.service.buffers import BufferOps
+from nncert.drivers.service.fmq import CorruptMessageError, MessageQueue, QueueAborted
 from nncert.drivers.service.spin import poll_readable
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
@@ -54,7 +55,7 @@ class BurstWorker:
         self.burst = burst
         self.requests = requests
         self.results = results
-        self.slots: dict[int, Memory] = {}
+        self.slots: dict[int, Memory | int] = {}
         #: Slots the hosted burst has seen (it learns a slot at its first execution).
         self.used: set[int] = set()
         self.stop_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -65,7 +66,12 @@ class BurstWorker:
     def _loop(self) -> None:
         try:
             while True:
-                message = self.requests.read(None, (self.stop_fd,), self.POLL_S)
+                try:
+                    message = self.requests.read(None, (self.stop_fd,), self.POLL_S)
+                except CorruptMessageError as e:  # answer it, so that the client never waits in vain
+                    reply = HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed burst message: {e}")
+                    self.results.write(json.dumps(error_body(reply)).encode(), None, (self.stop_fd,))
+                    continue
                 self.results.write(self._run(message), None, (self.stop_fd,))
         except QueueAborted:
             pass
@@ -80,20 +86,33 @@ class BurstWorker:
 
     def _run(self, message: bytes) -> bytes:
         try:
-            d = Body(json.loads(message))
-            slots = list(wire.iter_ints(d["slots"], "slots"))
-            missing = [s for s in slots if s not in self.slots]
-            if missing:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst memory slots {missing} were never sent")
-            request = Request(wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"]),
-                              [self.slots[s] for s in slots])
+            request, slots, measure, deadline, loop_timeout = self._decode(message)
             self.used.update(slots)
-            shapes, timing = self.burst.execute(request, slots, wire.enum_strict(MeasureTiming, d["measure"]),
-                                                d.get("deadline"), d.get("loop_timeout"))
+            shapes, timing = self.burst.execute(request, slots, measure, deadline, loop_timeout)
             body = ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
         except Exception as e:
             body = error_body(e)
         return json.dumps(body, separators=(",", ":")).encode()
+
+    def _decode(self, message: bytes) -> tuple[Request, list[int], MeasureTiming, int | None, int | None]:
+        """A burst request message; anything malformed in it is INVALID_ARGUMENT (VAL-1)."""
+        try:
+            d = Body(json.loads(message))
+            slots = list(wire.iter_ints(d["slots"], "slots"))
+            inputs, outputs = wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"])
+            measure = wire.enum_strict(MeasureTiming, d["measure"])
+            times = [d.get("deadline"), d.get("loop_timeout")]
+            if any(t is not None and t.__class__ is not int for t in times):
+                raise ValueError(f"deadline and loop_timeout must be integers or null, not {times}")
+        except (HalError, wire.ProtocolError):
+            raise
+        except Exception as e:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"malformed burst message: {type(e).__name__}: {e}") from None
+        missing = [s for s in slots if s not in self.slots]
+        if missing:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst memory slots {missing} were never sent")
+        return Request(inputs, outputs, [self.slots[s] for s in slots]), slots, measure, times[0], times[1]
 
     def stop(self) -> None:
         with self._stop_lock:
@@ -180,7 +199,7 @@ class Client:
                 obj.stop()
 
 
-class Session:
+class Session(BufferOps):
     """One connection: reads a call, answers it, reads the next (one call in flight)."""
 
     def __init__(self, service: Service, sock: socket.socket) -> None:
@@ -332,6 +351,7 @@ class Session:
     def op_execute(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
         request = wire.decode_request(body["request"], fdr)
+        self.check_tokens(request.pools)  # VAL-2
         measure = wire.enum_strict(MeasureTiming, body["measure"])
         deadline, loop_timeout = body.get("deadline"), body.get("loop_timeout")
         if body.get("mode") == "async":
@@ -344,6 +364,7 @@ class Session:
     def op_execute_fenced(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
         request = wire.decode_request(body["request"], fdr)
+        self.check_tokens(request.pools)  # VAL-2
         wait_for = [SyncFence.adopt(fdr.take()) for _ in range(int(body["fences"]))]
         fence, callback = prepared.execute_fenced(
             request, wait_for, wire.enum_strict(MeasureTiming, body["measure"]), body.get("deadline"),
@@ -383,8 +404,7 @@ class Session:
     def op_burst_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         worker = self.get(body["handle"], BurstWorker)
         memory = wire.decode_pool(body["pool"], fdr)
-        if not isinstance(memory, Memory):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "a burst slot needs a shared-memory pool")
+        self.check_tokens([memory])  # a slot may hold a buffer token of this client (MEM-4, VAL-2)
         worker.slots[int(body["slot"])] = memory
         return ok(), b"", []
 

@@ -22,23 +22,20 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
+from nncert.hal.codec import decode_subgraph, encode_subgraph
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import (
     Capabilities,
     DataLocation,
     Model,
-    Operand,
-    Operation,
     OutputShape,
     PerformanceInfo,
     Request,
     RequestArgument,
-    Subgraph,
-    SymmPerChannelQuantParams,
     Timing,
 )
-from nncert.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from nncert.hal.types import ErrorStatus, OperandType
 
 PROTOCOL_VERSION = 1
 MAGIC = b"NNSV"
@@ -204,53 +201,24 @@ def decode_pool(desc: Any, fdr: FdReader) -> Memory | int:
 
 # -- models ------------------------------------------------------------------------------
 
-def _encode_operand(o: Operand) -> list:
-    loc = o.location
-    cq = o.channel_quant
-    return [int(o.type), list(o.dimensions), o.scale, o.zero_point, int(o.lifetime),
-            [loc.pool_index, loc.offset, loc.length, loc.padding],
-            None if cq is None else [list(cq.scales), cq.channel_dim]]
-
-
 def _ints(values: Any) -> tuple[int, ...]:
     if not all(type(x) is int for x in values):
         raise ProtocolError(f"{values!r} is not a list of integers")
     return tuple(values)
 
 
-def _decode_operand(v: list) -> Operand:
-    type_, dims, scale, zp, lifetime, loc, cq = v
-    return Operand(enum_or_int(OperandType, type_), _ints(dims), float(scale), int(zp),
-                   enum_or_int(OperandLifeTime, lifetime), DataLocation(*_ints(loc)),
-                   None if cq is None else SymmPerChannelQuantParams(tuple(float(s) for s in cq[0]),
-                                                                     int(cq[1])))
-
-
-def _encode_subgraph(sg: Subgraph) -> dict:
-    return {"operands": [_encode_operand(o) for o in sg.operands],
-            "operations": [[int(op.type), list(op.inputs), list(op.outputs)] for op in sg.operations],
-            "inputs": list(sg.input_indexes), "outputs": list(sg.output_indexes)}
-
-
-def _decode_subgraph(d: dict) -> Subgraph:
-    return Subgraph([_decode_operand(o) for o in d["operands"]],
-                    [Operation(enum_or_int(OperationType, t), list(_ints(ins)), list(_ints(outs)))
-                     for t, ins, outs in d["operations"]],
-                    list(_ints(d["inputs"])), list(_ints(d["outputs"])))
-
-
 def encode_model(model: Model, fds: list[int]) -> tuple[dict, bytes]:
     """The model's JSON description and its operand values (the binary part); the pools'
     descriptors are appended to ``fds`` (MEM-1: constants by reference stay in shared memory)."""
-    return {"main": _encode_subgraph(model.main),
-            "referenced": [_encode_subgraph(s) for s in model.referenced],
+    return {"main": encode_subgraph(model.main),
+            "referenced": [encode_subgraph(s) for s in model.referenced],
             "relax": bool(model.relax_computation_float32_to_float16),
             "pools": [encode_pool(p, fds) for p in model.pools]}, model.operand_values
 
 
 def decode_model(d: Any, blob: bytes, fdr: FdReader) -> Model:
     try:
-        return Model(_decode_subgraph(d["main"]), [_decode_subgraph(s) for s in d["referenced"]],
+        return Model(decode_subgraph(d["main"]), [decode_subgraph(s) for s in d["referenced"]],
                      blob, [decode_pool(p, fdr) for p in d["pools"]], bool(d["relax"]))
     except (KeyError, TypeError, ValueError) as e:
         raise ProtocolError(f"malformed model: {type(e).__name__}: {e}") from None

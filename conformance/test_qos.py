@@ -1,0 +1,153 @@
+"""Quality of service (EXE-10): priorities, and deadlines for preparing and for running.
+
+The first part is the VTS QualityOfServiceTests: every priority; preparation and execution
+with a deadline of "now", "unlimited" and "short" (5 ms). Each call returns NONE or, where
+the deadline may be missed ("now", "short"), MISSED_DEADLINE_*; an unlimited one must
+succeed; a prepared model exists if and only if the status is NONE; and nothing hangs. The
+second part is nncert's own, stricter: a deadline that has already passed must be missed,
+and a long execution must stop soon after its deadline, on every path.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.model import Model
+from nncert.hal.types import ErrorStatus, OperandType, OperationType, Priority
+from nncert.testing.control_flow_models import counting_feeds, counting_while_model
+from nncert.testing.harness import PATHS, check_outputs, declined, execute, prepare_or_skip, status_of
+
+MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+SHORT_NS = 5_000_000  # the VTS's kShortDuration
+UNLIMITED = 2**63 - 1  # steady_clock::time_point::max(), in nanoseconds
+BOUNDS = ("now", "unlimited", "short")
+DIMS = (2, 3)
+
+
+def _deadline(bound: str) -> int:
+    now = time.monotonic_ns()
+    return {"now": now, "unlimited": UNLIMITED, "short": now + SHORT_NS}[bound]
+
+
+def _add_model() -> Model:
+    b = ModelBuilder()
+    x, y = b.operand(OperandType.TENSOR_FLOAT32, DIMS), b.operand(OperandType.TENSOR_FLOAT32, DIMS)
+    out = b.operand(OperandType.TENSOR_FLOAT32, DIMS)
+    b.operation(OperationType.ADD, [x, y, b.constant(OperandType.INT32, 0)], [out])
+    return b.build([x, y], [out])
+
+
+def _feeds() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.uniform(-2, 2, DIMS).astype(np.float32) for _ in range(2)]
+
+
+def _prepare(driver, model: Model, **kwargs):
+    """(status, prepared model or None) of one prepare_model call."""
+    prepared = []
+    status = status_of(lambda: prepared.append(driver.prepare_model(model, **kwargs)))
+    return status, (prepared or [None])[0]
+
+
+def _allowed(bound: str) -> tuple[ErrorStatus, ...]:
+    return (ErrorStatus.NONE,) if bound == "unlimited" else (ErrorStatus.NONE, *MISSED)
+
+
+@pytest.mark.req("EXE-10")
+@pytest.mark.parametrize("priority", list(Priority), ids=[p.name for p in Priority])
+def test_prepare_with_every_priority(driver, priority):
+    model = _add_model()
+    if declined(driver, model):
+        pytest.skip(declined(driver, model))
+    status, prepared = _prepare(driver, model, priority=priority)
+    assert status is ErrorStatus.NONE, \
+        f"EXE-10: prepare_model with priority {priority.name} gave {status.name}"
+    assert prepared is not None
+
+
+@pytest.mark.req("EXE-10")
+@pytest.mark.parametrize("bound", BOUNDS)
+def test_prepare_with_a_deadline(driver, bound):
+    model = _add_model()
+    if declined(driver, model):
+        pytest.skip(declined(driver, model))
+    status, prepared = _prepare(driver, model, deadline=_deadline(bound))
+    assert status in _allowed(bound), \
+        f"EXE-10: prepare_model with a deadline of {bound!r} gave {status.name}"
+    assert (status is ErrorStatus.NONE) == (prepared is not None), \
+        "EXE-10: a prepared model must exist if and only if preparation succeeded"
+
+
+@pytest.mark.req("EXE-10")
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("bound", BOUNDS)
+def test_execute_with_a_deadline(driver, path, bound):
+    model = _add_model()
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds()
+    request = build_request(model, feeds)
+    status = status_of(lambda: execute(prepared, request, path, deadline=_deadline(bound)))
+    assert status in _allowed(bound), \
+        f"EXE-10: a {path} execution with a deadline of {bound!r} gave {status.name}"
+    if status is ErrorStatus.NONE:
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)
+
+
+# --- stricter than the VTS
+
+
+@pytest.mark.req("EXE-10")
+def test_prepare_with_a_past_deadline_is_missed(driver):
+    """A deadline that passed before the call cannot be met by any amount of work: EXE-10
+    says a missed deadline gives MISSED_DEADLINE_*, so a driver that returns NONE here did
+    not look at the deadline at all. (The VTS accepts NONE for "now" because the clock may
+    not have moved between taking the time and the driver's check; one second ago leaves no
+    such race.)"""
+    model = _add_model()
+    if declined(driver, model):
+        pytest.skip(declined(driver, model))
+    status, prepared = _prepare(driver, model, deadline=time.monotonic_ns() - 1_000_000_000)
+    assert status in MISSED, f"EXE-10: prepare_model with a deadline 1 s in the past gave {status.name}"
+    assert prepared is None
+
+
+@pytest.mark.req("EXE-10")
+@pytest.mark.parametrize("path", PATHS)
+def test_execute_with_a_past_deadline_is_missed(driver, path):
+    """As for preparation: a deadline already past when the execution starts must be missed
+    (EXE-10), on every path."""
+    model = _add_model()
+    prepared = prepare_or_skip(driver, model)
+    request = build_request(model, _feeds())
+    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() - 1_000_000_000))
+    assert status in MISSED, f"EXE-10: a {path} execution with a deadline 1 s in the past gave {status.name}"
+
+
+#: The long execution: a WHILE counting to 2**31 - 1, stopped by a 1 s loop timeout if
+#: nothing stops it first; so that it runs for at least LONG_S without its deadline.
+LONG_LOOP_TIMEOUT_NS = 1_000_000_000
+DEADLINE_NS = 50_000_000
+#: "Well before it would have finished": at most half of it, however slow the machine or IPC.
+STOPPED_WITHIN_S = 0.5
+
+
+@pytest.mark.req("EXE-10", "EXE-9")
+@pytest.mark.parametrize("path", PATHS)
+def test_long_execution_stops_at_its_deadline(driver, path):
+    """A loop that would run for 1 s (until its loop timeout), given a deadline of 50 ms,
+    must come back with MISSED_DEADLINE_* long before that second is over: the deadline
+    bounds the execution, not only its start."""
+    model = counting_while_model()
+    prepared = prepare_or_skip(driver, model)
+    request = build_request(model, counting_feeds(0, 0, 2**31 - 1))
+    started = time.monotonic()
+    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() + DEADLINE_NS,
+                                       loop_timeout=LONG_LOOP_TIMEOUT_NS))
+    elapsed = time.monotonic() - started
+    assert status in MISSED, f"EXE-10: gave {status.name}, expected MISSED_DEADLINE_*"
+    assert elapsed < STOPPED_WITHIN_S, \
+        f"EXE-10: a {path} execution with a 50 ms deadline returned after {elapsed:.2f} s"

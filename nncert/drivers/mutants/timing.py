@@ -1,0 +1,50 @@
+"""Mutants that get time wrong: deadlines (EXE-10) and the WHILE loop timeout (EXE-9)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.mutants import MutantDriver, MutantPreparedModel
+from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.types import ExecutionPreference, MeasureTiming, Priority
+from nncert.ops.interpreter import current_budget, execution_budget
+
+
+class IgnoresDeadlines(MutantDriver):
+    """Never looks at a deadline: preparation and every execution path run to the end
+    however late it is (the loop timeout still holds)."""
+
+    name = "ignores_deadlines"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            return super().execute_synchronously(request, measure, None, loop_timeout)
+
+    prepared_class = Prepared
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        return super().prepare_model(model, preference, priority, None, model_cache, data_cache, token)
+
+
+class EndlessWhile(MutantDriver):
+    """Ignores the loop timeout: a WHILE whose condition stays true never ends (the
+    execution's deadline still holds). Run it hosted: ``service:mutant:endless_while``."""
+
+    name = "endless_while"
+
+    class Prepared(MutantPreparedModel):
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            with execution_budget(dataclasses.replace(current_budget(), loop_timeout=None)):
+                return super().compute(inputs)
+
+    prepared_class = Prepared
