@@ -1,14 +1,19 @@
 """Base of drivers that compile a HAL model into another runtime's format (LiteRT, ONNX
 Runtime): everything but the exporter and the runtime call is done here, once.
 
-A subclass implements two hooks:
+A subclass implements these hooks:
 
 - ``operation_problem(model, index)``: why operation ``index`` of ``model`` cannot be
   expressed in the runtime's format (its type, a parameter), or None;
-- ``compile(model)``: an ``Executable`` for a model that passed validation, whose tensors
-  all have known dimensions and which has no float16 operand (see below). It raises
-  ``Unmappable`` for what the exporter cannot express and lets the runtime's own error out
-  for what the runtime refuses.
+- ``translate(model)``: the model in the runtime's format (bytes: a .tflite flatbuffer, an
+  ONNX protobuf), for a model that passed validation, whose tensors all have known dimensions
+  and which has no float16 operand (see below). It raises ``Unmappable`` for what the
+  exporter cannot express;
+- ``load(content, model)``: an ``Executable`` of translated bytes, letting the runtime's own
+  error out for what it refuses.
+
+(Or ``compile(model)`` alone, which by default is ``load(translate(model), model)``; a
+driver that overrides only ``compile`` caches the HAL model and compiles again on import.)
 
 The base then gives:
 
@@ -21,7 +26,10 @@ The base then gives:
 - dynamic shapes (EXE-4): a model with unknown dimensions is compiled again for each new set
   of actual input shapes, the shapes filled in by the catalogue's rules;
 - one execution at a time per compiled model (runtimes' interpreters are not reentrant);
-- capabilities measured on reference workloads (``nncert.drivers.measure``).
+- capabilities measured on reference workloads (``nncert.drivers.measure``);
+- compilation caching (CACHE-1..7, ``nncert.drivers.caching``): the model cache holds the
+  HAL model and, for a model of known shapes, the translated bytes, so that preparing from
+  cache loads them into the runtime without exporting again.
 """
 
 from __future__ import annotations
@@ -70,16 +78,25 @@ PROBE_CACHE = 20000
 
 
 class CompiledPreparedModel(PreparedModel):
-    def __init__(self, driver: CompiledDriver, model: Model, wide: Model) -> None:
+    def __init__(self, driver: CompiledDriver, model: Model, wide: Model,
+                 content: bytes | None = None) -> None:
         self.driver = driver
         self.model = model  # the caller's types: requests are read and written with these
         self.wide = wide  # float16 widened: what the runtime computes
         self._in_types = [dtype_of(wide.main.operands[i].type) for i in wide.main.input_indexes]
         self._lock = threading.Lock()
         self._static: Executable | None = None
+        #: The runtime's form of a model of known shapes, where the driver translates (caching).
+        self.content: bytes | None = content
         self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
-        if fully_specified(self.wide):
-            self._static = driver.compile(self.wide)
+        if content is not None:
+            self._static = driver.load(content, self.wide)
+        elif fully_specified(self.wide):
+            if driver.translates():
+                self.content = driver.translate(self.wide)
+                self._static = driver.load(self.content, self.wide)
+            else:
+                self._static = driver.compile(self.wide)
 
     def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
         if self._static is not None:
@@ -156,8 +173,8 @@ class CompiledDriver(Driver):
     #: The runtime this driver compiles for, in words (version strings, reports).
     runtime: str = ""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, state_dir: str | None = None) -> None:
+        super().__init__(state_dir=state_dir)
         self._probes: dict[bytes, str | None] = {}
         self._probe_lock = threading.Lock()
 
@@ -166,8 +183,18 @@ class CompiledDriver(Driver):
         """Why operation ``index`` of ``model`` (float16 already widened) cannot be mapped."""
         raise NotImplementedError
 
-    def compile(self, model: Model) -> Executable:
+    def translate(self, model: Model) -> bytes:
         raise NotImplementedError
+
+    def load(self, content: bytes, model: Model) -> Executable:
+        raise NotImplementedError
+
+    def translates(self) -> bool:
+        """Whether the driver implements translate / load (and so caches its runtime's form)."""
+        return type(self).translate is not CompiledDriver.translate
+
+    def compile(self, model: Model) -> Executable:
+        return self.load(self.translate(model), model)
 
     def options_label(self) -> str:
         """The options that change behaviour, for version strings and caches ("kernels=ref")."""
@@ -232,24 +259,31 @@ class CompiledDriver(Driver):
             if reason:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"operation {n} ({op.type.name}) is not supported: {reason}")
+        prepared = self._prepared(model, wide)
+        return self.save_to_cache(prepared, model_cache, data_cache, token)
+
+    def _prepared(self, model: Model, wide: Model, content: bytes | None = None) -> CompiledPreparedModel:
         try:
-            prepared = CompiledPreparedModel(self, model, wide)
+            return CompiledPreparedModel(self, model, wide, content)
         except HalError:
             raise
         except Exception as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"{self.name} cannot compile the model: {type(e).__name__}: {e}") from None
-        return self.save_to_cache(prepared, model_cache, data_cache, token)
 
-    # -- compilation caching (CACHE-1..7): the HAL model; the runtime compiles it again on import --
+    # -- compilation caching (CACHE-1..7): the HAL model plus the runtime's form --
     def export_compiled(self, prepared: PreparedModel) -> tuple[bytes, bytes]:
         from nncert.drivers.caching import export_model
-        return export_model(prepared.model)
+        return export_model(prepared.model, getattr(prepared, "content", None) or b"")
 
     def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        """The cached runtime form loaded as it is (its hash was checked: CACHE-4), with the
+        HAL model for requests; without one (dynamic shapes), the model prepared afresh."""
         from nncert.drivers.caching import import_model
-        model, _ = import_model(model_cache, data_cache, self.feature_level)
-        return self.prepare_model(model)
+        model, content = import_model(model_cache, data_cache, self.feature_level)
+        if not content or not self.translates():
+            return self.prepare_model(model)
+        return self._prepared(model, widen_float16(model), content)
 
 
 def _probe_key(single: Model) -> bytes:

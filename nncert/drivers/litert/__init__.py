@@ -82,8 +82,8 @@ class LiteRTDriver(CompiledDriver):
     device_type = DeviceType.CPU
 
     def __init__(self, kernels: str = "xnnpack", threads: str = "1", delegate: str | None = None,
-                 delegate_options: str | None = None) -> None:
-        super().__init__()
+                 delegate_options: str | None = None, state_dir: str | None = None) -> None:
+        super().__init__(state_dir)
         if kernels not in KERNELS:
             raise ValueError(f"litert: kernels={kernels!r} is not one of {', '.join(KERNELS)}")
         try:
@@ -125,8 +125,10 @@ class LiteRTDriver(CompiledDriver):
     def operation_problem(self, model: Model, index: int) -> str | None:
         return operation_problem(model, index)
 
-    def compile(self, model: Model) -> LiteRTExecutable:
-        content = export(model)
+    def translate(self, model: Model) -> bytes:
+        return export(model)
+
+    def load(self, content: bytes, model: Model) -> LiteRTExecutable:
         kwargs: dict[str, Any] = {"model_content": content, "num_threads": self.threads,
                                   "experimental_op_resolver_type": self._resolver}
         if self._delegate is not None:

@@ -49,8 +49,8 @@ class OnnxRuntimeDriver(CompiledDriver):
     device_type = DeviceType.CPU
 
     def __init__(self, provider: str = "CPUExecutionProvider", opt_level: str = "all",
-                 threads: str = "1", quant: str = "qdq") -> None:
-        super().__init__()
+                 threads: str = "1", quant: str = "qdq", state_dir: str | None = None) -> None:
+        super().__init__(state_dir)
         import onnxruntime as ort
 
         available = ort.get_available_providers()
@@ -113,13 +113,14 @@ class OnnxRuntimeDriver(CompiledDriver):
         so.use_deterministic_compute = True
         return so
 
-    def compile(self, model: Model) -> OrtExecutable:
+    def translate(self, model: Model) -> bytes:
         from nncert.drivers.onnxruntime.export import export
 
-        proto = export(model, self.quant)
-        session = self._ort.InferenceSession(proto.SerializeToString(), self.session_options(),
-                                             providers=[self.provider])
-        return OrtExecutable(session, [i.name for i in proto.graph.input])
+        return export(model, self.quant).SerializeToString()
+
+    def load(self, content: bytes, model: Model) -> OrtExecutable:
+        session = self._ort.InferenceSession(content, self.session_options(), providers=[self.provider])
+        return OrtExecutable(session, [i.name for i in session.get_inputs()])
 
 
 __all__ = ["OnnxRuntimeDriver"]
