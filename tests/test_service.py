@@ -390,6 +390,23 @@ def test_a_burst_slot_sent_but_never_run_can_be_released(service):
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
+@pytest.mark.req("BURST-3", "EXE-3")
+def test_a_request_too_big_for_the_burst_queue_takes_the_ordinary_path(service, monkeypatch):
+    """As the NNAPI runtime does when a request does not fit its burst's queue."""
+    from nncert.drivers.service import RemoteBurst
+
+    monkeypatch.setattr(RemoteBurst, "QUEUE_CAPACITY", 64)
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    assert not burst.requests.fits(b"x" * 64)
+    request = build_request(model, feeds)
+    burst.execute(request, [0, 1])
+    np.testing.assert_array_equal(read_outputs(model, request, [(len(feeds[0]),)])[0], feeds[0] + feeds[1])
+    with pytest.raises(HalError) as info:
+        service.conn.call("burst_memory", {"handle": burst.handle, "slot": 2**64, "pool": {"token": 1}})
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+
+
 #: Conformance tests of what only a hosted driver has (a message queue, a second client):
 #: they skip in process.
 HOSTED_ONLY = {"test_malformed_queue_message_gets_an_error_result", "test_token_of_another_client"}

@@ -418,12 +418,17 @@ class RemoteBurst(Burst):
             message = {"slots": list(slots), "inputs": wire.encode_arguments(request.inputs),
                        "outputs": wire.encode_arguments(request.outputs), "measure": int(measure),
                        **_deadline_body(deadline, loop_timeout)}
+            payload = json.dumps(message, separators=(",", ":")).encode()
+            if not self.requests.fits(payload):
+                # Too big for the queue (thousands of arguments): the ordinary path, as the
+                # NNAPI runtime falls back when a request does not fit its burst's queue.
+                return self.prepared.execute_synchronously(request, measure, deadline, loop_timeout)
             self.conn.check()
             limit = self.conn.limit(deadline)
             give_up = time.monotonic() + limit
             abort = () if self.conn.death_fd is None else (self.conn.death_fd,)
             try:
-                self.requests.write(json.dumps(message, separators=(",", ":")).encode(), give_up, abort)
+                self.requests.write(payload, give_up, abort)
                 reply = json.loads(self.results.read(give_up, abort, self.POLL_S))
             except QueueAborted:  # the service process ended (BURST-4)
                 self.conn.died("burst execution")

@@ -81,10 +81,14 @@ class MessageQueue:
         return [self.memory.fd, self.data_fd, self.space_fd]
 
     # -- producer --
+    def fits(self, payload: bytes) -> bool:
+        """Whether ``payload`` can ever be written (a message larger than the ring cannot)."""
+        return _LEN.size + len(payload) <= self.capacity
+
     def write(self, payload: bytes, deadline: float | None = None, abort: tuple[int, ...] = ()) -> None:
         """Append one message; waits for space until ``deadline`` (time.monotonic())."""
         need = _LEN.size + len(payload)
-        if need > self.capacity:
+        if not self.fits(payload):
             raise ValueError(f"message of {len(payload)} bytes exceeds the queue ({self.capacity} bytes)")
         while True:
             head, tail = self._index[0], self._index[1]

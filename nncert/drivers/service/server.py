@@ -403,9 +403,12 @@ class Session(BufferOps):
 
     def op_burst_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         worker = self.get(body["handle"], BurstWorker)
+        slot = int(body["slot"])
+        if not 0 <= slot < 2**63:  # a slot id is a non-negative int64 (VAL-1), as Burst checks
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid memory slot {slot}")
         memory = wire.decode_pool(body["pool"], fdr)
         self.check_tokens([memory])  # a slot may hold a buffer token of this client (MEM-4, VAL-2)
-        worker.slots[int(body["slot"])] = memory
+        worker.slots[slot] = memory
         return ok(), b"", []
 
     def op_burst_release_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
