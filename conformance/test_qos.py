@@ -127,19 +127,19 @@ def test_execute_with_a_past_deadline_is_missed(driver, path):
     assert status in MISSED, f"EXE-10: a {path} execution with a deadline 1 s in the past gave {status.name}"
 
 
-#: The long execution: a WHILE counting to 2**31 - 1, stopped by a 1 s loop timeout if
-#: nothing stops it first; so that it runs for at least LONG_S without its deadline.
-LONG_LOOP_TIMEOUT_NS = 1_000_000_000
+#: The long execution: a WHILE counting to 2**31 - 1, stopped by a 2 s loop timeout if
+#: nothing stops it first.
+LONG_LOOP_TIMEOUT_NS = 2_000_000_000
 DEADLINE_NS = 50_000_000
 #: "Well before it would have finished": at most half of it, however slow the machine or IPC.
-STOPPED_WITHIN_S = 0.5
+STOPPED_WITHIN_S = 1.0
 
 
 @pytest.mark.req("EXE-10", "EXE-9")
 @pytest.mark.parametrize("path", PATHS)
 def test_long_execution_stops_at_its_deadline(driver, path):
-    """A loop that would run for 1 s (until its loop timeout), given a deadline of 50 ms,
-    must come back with MISSED_DEADLINE_* long before that second is over: the deadline
+    """A loop that would run for 2 s (until its loop timeout), given a deadline of 50 ms,
+    must come back with MISSED_DEADLINE_* long before: the deadline
     bounds the execution, not only its start."""
     model = counting_while_model()
     prepared = prepare_or_skip(driver, model)
