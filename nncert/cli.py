@@ -1,4 +1,4 @@
-"""The ``nncert`` command line: ``ops``, ``drivers``, ``graphs``, ``repro`` and ``mlts stress``
+"""The ``nncert`` command line: ``ops``, ``drivers``, ``graphs``, ``repro``, ``mlts stress`` and ``fuzz``
 (more subcommands land with their suites).
 
 Bad input (an unknown driver, a malformed option) gives a one-line error and exit status 2,
@@ -269,6 +269,145 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_repro)
 
 
+def _fuzz_target(name: str) -> tuple:
+    from nncert.fuzz.campaign import CampaignError, resolve_target
+
+    try:
+        return resolve_target(name)
+    except CampaignError as e:
+        raise UsageError(str(e)) from None
+
+
+def _check_driver(target, spec: str) -> str | None:
+    """The driver spec a target runs on, checked by loading it once (None if it needs none)."""
+    from nncert.drivers import load_driver
+
+    if not target.needs_driver:
+        return None
+    load_driver(spec).close()
+    return spec
+
+
+def _cmd_fuzz(args: argparse.Namespace) -> int:
+    from nncert.fuzz.campaign import Campaign, CampaignConfig, CampaignError
+
+    target, script = _fuzz_target(args.target)
+    try:
+        config = CampaignConfig(args.time, args.jobs, args.timeout, args.seed, args.minimize_time,
+                                args.progress_every, list(args.libfuzzer_flags))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    for directory in args.corpus or []:
+        if not Path(directory).is_dir():
+            raise UsageError(f"--corpus {directory}: not a directory")
+    driver = _check_driver(target, args.driver)
+    out = Path(args.out)
+    try:
+        campaign = Campaign(target, script, driver, out, config, [Path(d) for d in args.corpus or []],
+                            lambda line: print(line, file=sys.stderr, flush=True), args.target)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
+    print(f"fuzzing {args.target}{' on ' + driver if driver else ''}: {config.jobs} worker(s), "
+          f"{config.time:g} s, {campaign.n_seeds} seeds, per-input timeout {config.timeout} s; "
+          f"output in {out}", file=sys.stderr, flush=True)
+    try:
+        summary = campaign.run()
+    except CampaignError as e:
+        raise UsageError(str(e)) from None
+    print(f"{summary['execs']} executions in {summary['elapsed_s']} s, corpus {summary['corpus']}, "
+          f"{summary['findings']} finding(s), {summary['duplicates']} duplicate(s)")
+    for key, f in summary["findings_by_key"].items():
+        print(f"FINDING {key} (x{f['count']}): {f['message']}\n  replay: {f['command']}")
+    print(f"journal: {campaign.journal}; summary: {out / 'summary.json'}")
+    return 1 if summary["findings"] else 0
+
+
+def _cmd_fuzz_corpus(args: argparse.Namespace) -> int:
+    from nncert.fuzz.campaign import write_seeds
+
+    target, _ = _fuzz_target(args.target)
+    try:
+        paths = write_seeds(target, Path(args.out))
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
+    print(f"{len(paths)} seeds of {args.target} in {args.out}")
+    return 0
+
+
+def _cmd_fuzz_replay(args: argparse.Namespace) -> int:
+    from nncert.fuzz.campaign import replay
+
+    target, _ = _fuzz_target(args.target)
+    try:
+        data = Path(args.file).read_bytes()
+    except OSError as e:
+        raise UsageError(f"{args.file}: cannot read it: {e.strerror or e}") from None
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, not {args.timeout}")
+    driver = _check_driver(target, args.driver)
+    try:
+        print(target.describe(data))
+    except Exception as e:  # the description is a courtesy; the replay is what counts
+        print(f"(cannot describe the input: {type(e).__name__}: {e})")
+    verdict = replay(target, driver, data, args.timeout)
+    on = f" on {driver}" if driver else ""
+    if not verdict.found:
+        print(f"PASS: {args.target}{on}: no finding ({len(data)} bytes)")
+        return 0
+    print(f"{verdict.kind} {verdict.key}: {verdict.message}")
+    for frame in verdict.frames[:5]:
+        print(f"  at {frame}")
+    return 1
+
+
+def _add_fuzz(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fuzz", help="a coverage-guided fuzz campaign on a target (VAL-3); also "
+                       "`fuzz corpus` and `fuzz replay`",
+                       usage="nncert fuzz TARGET [--driver SPEC] [--time S] [--jobs N] --out DIR "
+                             "[--corpus DIR] [--seed N] [-- LIBFUZZER_FLAGS]\n"
+                             "       nncert fuzz corpus TARGET --out DIR\n"
+                             "       nncert fuzz replay TARGET FILE [--driver SPEC]",
+                       description="Run TARGET's atheris script under libFuzzer in --jobs worker "
+                       "processes; every crash, hang or Finding is replayed in a child process, "
+                       "de-duplicated by key, journaled in DIR/findings.jsonl, minimised and written "
+                       "under DIR/findings with the command that replays it. Exit status 1 when "
+                       "there are findings. TARGET is a registered target or the path of a script "
+                       "that defines TARGET. Flags after -- go to libFuzzer as they are "
+                       "(each -name=value, e.g. -max_len=4096).")
+    p.add_argument("target", help="fuzz target name (or path of a fuzz script)")
+    p.add_argument("--driver", default="reference", metavar="SPEC",
+                   help="driver under test (default: reference)")
+    p.add_argument("--time", type=float, default=60.0, metavar="S", help="seconds of fuzzing (default: 60)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="libFuzzer worker processes (default: 1)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where corpus/, artifacts/, findings/, findings.jsonl and summary.json go")
+    p.add_argument("--corpus", action="append", metavar="DIR",
+                   help="extra inputs to start from, besides the target's seeds; repeatable")
+    p.add_argument("--seed", type=int, help="libFuzzer -seed of the first worker (default: random)")
+    p.add_argument("--timeout", type=int, default=10, metavar="S",
+                   help="per-input time limit; an input that runs longer is a HANG (default: 10)")
+    p.add_argument("--minimize-time", type=float, default=30.0, metavar="S",
+                   help="time spent minimising each new finding (default: 30)")
+    p.add_argument("--progress-every", type=float, default=5.0, metavar="S",
+                   help="seconds between progress lines (default: 5)")
+    p.set_defaults(func=_cmd_fuzz)
+
+    p = sub.add_parser("fuzz-corpus", prog="nncert fuzz corpus",
+                       help="write a fuzz target's seeds (as `nncert fuzz corpus`)")
+    p.add_argument("target", help="fuzz target name (or path of a fuzz script)")
+    p.add_argument("--out", required=True, metavar="DIR", help="one file per seed, named by its SHA-1")
+    p.set_defaults(func=_cmd_fuzz_corpus)
+    p = sub.add_parser("fuzz-replay", prog="nncert fuzz replay",
+                       help="replay one fuzz input in a child process (as `nncert fuzz replay`)")
+    p.add_argument("target", help="fuzz target name (or path of a fuzz script)")
+    p.add_argument("file", help="the input (a finding's `minimized` file, an artifact)")
+    p.add_argument("--driver", default="reference", metavar="SPEC",
+                   help="driver to replay on (default: reference)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="longer than this is a HANG (default: 30)")
+    p.set_defaults(func=_cmd_fuzz_replay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nncert", description="Conformance, fuzz and accuracy "
                      "testing for neural-network accelerator drivers.")
@@ -282,13 +421,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_drivers)
     _add_mlts(sub)
     _add_graphs(sub)
+    _add_fuzz(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from nncert.drivers import DriverSpecError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["fuzz"] and argv[1:2] in (["corpus"], ["replay"]):  # `fuzz corpus`, `fuzz replay`
+        argv = [f"fuzz-{argv[1]}", *argv[2:]]
+    flags: list[str] = []
+    if argv[:1] == ["fuzz"] and "--" in argv:  # `nncert fuzz ... -- LIBFUZZER_FLAGS`
+        at = argv.index("--")
+        argv, flags = argv[:at], argv[at + 1:]
     args = build_parser().parse_args(argv)
+    args.libfuzzer_flags = flags
     try:
         return args.func(args)
     except (DriverSpecError, UsageError) as e:

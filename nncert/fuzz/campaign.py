@@ -1,0 +1,502 @@
+"""The fuzz campaign runner (VAL-3): ``nncert fuzz TARGET``.
+
+A campaign runs a target's atheris script (``fuzz/TARGET.py``) under libFuzzer in N worker
+processes for a fixed time, and turns what they leave in ``DIR/artifacts`` into findings:
+each artifact is replayed in a forked child (``run_isolated``) calling the target's
+one-input function, classified, de-duplicated by key, journaled at once in
+``DIR/findings.jsonl``, minimised, and written out with its spec and the command that
+replays it.
+
+Why independent workers and not libFuzzer's ``-fork=N``: fork mode (and
+``-minimize_crash``) re-executes ``argv[0]`` as a program, which for atheris is the
+``.py`` script, so every job dies at once with exit status 127. N plain libFuzzer
+processes sharing one corpus directory (libFuzzer reloads it, ``-reload``) do the same
+work; a worker that stops on a crash, a Finding or a timeout is restarted with the next
+seed until the time is up.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from nncert.testing.outcome import Kind, run_isolated, signal_name
+
+#: Where the targets' atheris scripts live: ``fuzz/<name>.py`` at the top of the repository.
+SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "fuzz"
+
+#: libFuzzer's artifact names: ``<kind>-<sha1 of the input>``.
+ARTIFACT_KINDS = ("crash", "timeout", "oom", "leak")
+
+#: Flags the campaign itself sets; passing them after ``--`` would break it.
+RESERVED_FLAGS = ("fork", "jobs", "workers", "artifact_prefix", "exact_artifact_path", "timeout",
+                  "max_total_time", "minimize_crash", "merge")
+
+#: The harness's own files: frames in them are not the target's.
+_HARNESS_FILES = (os.path.join("nncert", "testing", "outcome.py"),
+                  os.path.join("nncert", "fuzz", "campaign.py"))
+_STATUS = re.compile(r"#(\d+)\s+\w+.*?corp: (\d+)/.*?exec/s: (\d+)")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+class Target(Protocol):
+    """What the campaign needs of a fuzz target (``nncert.fuzz.targets.Target``)."""
+
+    name: str
+    needs_driver: bool
+    make: Callable[[str | None], Callable[[bytes], None]]
+    seeds: Callable[[], Iterable[bytes]]
+    describe: Callable[[bytes], str]
+
+
+class CampaignError(Exception):
+    """The campaign cannot run or go on (unknown target, a worker that cannot start): one line."""
+
+
+def known_targets() -> dict[str, Any]:
+    """The registered targets; CampaignError if they cannot be imported."""
+    try:
+        module = importlib.import_module("nncert.fuzz.targets")
+    except ImportError as e:
+        raise CampaignError(f"the fuzz targets cannot be imported: {e}") from None
+    return dict(module.TARGETS)
+
+
+def resolve_target(name: str) -> tuple[Any, Path]:
+    """A target and its script: a registered name (script ``fuzz/NAME.py``), or the path of a
+    script of your own that follows the script contract and defines ``TARGET``."""
+    if name.endswith(".py"):
+        path = Path(name)
+        if not path.is_file():
+            raise CampaignError(f"no fuzz script {name}")
+        spec = importlib.util.spec_from_file_location(f"_nncert_fuzz_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except Exception as e:
+            raise CampaignError(f"{name}: cannot load it: {type(e).__name__}: {e}") from None
+        if not hasattr(module, "TARGET"):
+            raise CampaignError(f"{name}: a fuzz script given by path must define TARGET")
+        return module.TARGET, path.resolve()
+    targets = known_targets()
+    if name not in targets:
+        raise CampaignError(f"unknown fuzz target {name!r}; known: {', '.join(sorted(targets))}")
+    script = SCRIPTS_DIR / f"{name}.py"
+    if not script.is_file():
+        raise CampaignError(f"fuzz target {name!r} has no script {script}")
+    return targets[name], script
+
+
+def content_name(data: bytes) -> str:
+    """libFuzzer's name for an input: the SHA-1 of its bytes."""
+    return hashlib.sha1(data).hexdigest()
+
+
+def write_seeds(target: Target, out: Path) -> list[Path]:
+    """The target's seeds, one file per seed named by its content hash."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for data in target.seeds():
+        path = out / content_name(data)
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------
+# Replaying one input
+
+
+@dataclass
+class Verdict:
+    """What one input does to the target, replayed in a child process."""
+
+    kind: str  # NONE, FINDING (an oracle violation), EXCEPTION, CRASH, HANG
+    key: str = ""  # what findings are de-duplicated by: kind|operation|status
+    message: str = ""
+    frames: list[str] = field(default_factory=list)  # innermost first
+    signal: str | None = None
+    detail: str = ""  # the child's output: traceback, faulthandler dump
+
+    @property
+    def found(self) -> bool:
+        return self.kind != "NONE"
+
+
+def _frame_label(filename: str, function: str) -> str:
+    return f"{Path(filename).name}:{function}"
+
+
+def _one_input(target: Target, driver: str | None, data: bytes) -> dict[str, Any]:
+    """In the child: build the target's function, run the input, report what it raised."""
+    fn = target.make(driver if target.needs_driver else None)
+    try:
+        fn(data)
+    except Exception as e:
+        tb = traceback.extract_tb(e.__traceback__)
+        frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(tb)
+                  if not f.filename.endswith(_HARNESS_FILES)]
+        key = getattr(e, "key", None)
+        message = next((line for line in str(e).splitlines() if line.strip()), "")
+        if callable(key):  # a Finding: the oracle's own key
+            return {"kind": "FINDING", "key": str(key()), "message": message, "frames": frames}
+        where = _frame_label(tb[-1].filename, tb[-1].name) if tb else ""
+        return {"kind": "EXCEPTION", "key": f"EXCEPTION|{where}|{type(e).__name__}",
+                "message": f"{type(e).__name__}: {message}", "frames": frames}
+    return {"kind": "NONE"}
+
+
+def _dump_frames(text: str) -> list[str]:
+    """The frames of a faulthandler dump, innermost first, the harness's own left out."""
+    frames = []
+    for filename, line, function in _FRAME.findall(text):
+        if filename.endswith(_HARNESS_FILES):  # below it: the parent's stack, inherited by the fork
+            break
+        frames.append(f"{filename}:{line} in {function}")
+    return frames
+
+
+def replay(target: Target, driver: str | None, data: bytes, timeout: float) -> Verdict:
+    """Run ``data`` through the target in a forked child with a deadline, and classify it."""
+    outcome = run_isolated(_one_input, target, driver, data, timeout=timeout)
+    if outcome.kind is Kind.SUCCESS:
+        return Verdict(**outcome.value, detail=outcome.stderr_tail)
+    frames = _dump_frames(outcome.stderr_tail)
+    where = frames[0].rsplit(":", 1)[0] if frames else ""
+    top = _frame_label(where, frames[0].rsplit(" in ", 1)[1]) if frames else ""
+    if outcome.kind is Kind.HANG:
+        return Verdict("HANG", f"HANG|{top}|", outcome.reason, frames[:8], detail=outcome.stderr_tail)
+    if outcome.kind is Kind.CRASH:
+        sig = signal_name(outcome.signal) if outcome.signal is not None else f"exit {outcome.exit_code}"
+        return Verdict("CRASH", f"CRASH|{top}|{sig}", outcome.reason, frames[:8], sig,
+                       detail=outcome.stderr_tail)
+    # FAILURE: the harness itself failed in the child (e.g. make() raised).
+    return Verdict("EXCEPTION", f"EXCEPTION|harness|{outcome.reason.partition(':')[0]}", outcome.reason,
+                   frames[:8], detail=outcome.stderr_tail)
+
+
+def minimise(data: bytes, key: str, still_fails: Callable[[bytes], bool], budget: float) -> bytes:
+    """A byte-level delta reduction: drop chunks (halves, quarters, ... single bytes) while the
+    input still gives the same key, until nothing more goes or the time budget is spent."""
+    deadline = time.monotonic() + budget
+    best = data
+    chunk = max(1, len(best) // 2)
+    while chunk >= 1 and time.monotonic() < deadline:
+        start, shrunk = 0, False
+        while start < len(best) and time.monotonic() < deadline:
+            candidate = best[:start] + best[start + chunk:]
+            if candidate != best and still_fails(candidate):
+                best, shrunk = candidate, True
+            else:
+                start += chunk
+        if not shrunk:
+            chunk //= 2
+    return best
+
+
+# ---------------------------------------------------------------------------------------
+# The campaign
+
+
+@dataclass
+class CampaignConfig:
+    time: float = 60.0  # seconds of fuzzing
+    jobs: int = 1  # libFuzzer worker processes
+    timeout: int = 10  # per input (libFuzzer -timeout): longer is a HANG
+    seed: int | None = None  # libFuzzer -seed of the first worker; the others count on from it
+    minimise_time: float = 30.0  # per new finding
+    progress_every: float = 5.0  # seconds between progress lines
+    extra_flags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.time > 0:
+            raise ValueError(f"--time must be positive, not {self.time}")
+        if self.jobs < 1:
+            raise ValueError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.timeout < 1:
+            raise ValueError(f"--timeout must be at least 1 second, not {self.timeout}")
+        for flag in self.extra_flags:
+            name, eq, _ = flag.lstrip("-").partition("=")
+            if not flag.startswith("-") or not eq:
+                raise ValueError(f"libFuzzer flag {flag!r}: expected -name=value")
+            if name in RESERVED_FLAGS:
+                raise ValueError(f"libFuzzer flag -{name} is set by the campaign; see --help")
+
+
+@dataclass
+class _Worker:
+    index: int
+    log: Path
+    proc: subprocess.Popen | None = None
+    runs: int = 0
+    run_offset: int = 0  # where the current run's output starts in the log
+    execs_done: int = 0  # executions of finished runs
+    execs: int = 0  # of the current run, as libFuzzer last reported
+    rate: int = 0
+    failures: int = 0  # runs in a row that ended without leaving an artifact
+    retired: bool = False
+
+
+class Campaign:
+    """One campaign in ``out``: ``run()`` fuzzes and returns the summary."""
+
+    def __init__(self, target: Target, script: Path, driver: str | None, out: Path,
+                 config: CampaignConfig, corpus: Iterable[Path] = (),
+                 progress: Callable[[str], None] = lambda line: None, target_ref: str | None = None) -> None:
+        """``target_ref`` is how the replay command names the target (its name, or its script)."""
+        self.target, self.script, self.config, self.progress = target, script, config, progress
+        self.target_ref = target_ref or target.name
+        self.driver = driver if target.needs_driver else None
+        self.out = out = out.resolve()  # the replay commands work from anywhere
+        self.corpus_dir = out / "corpus"
+        self.artifacts_dir = out / "artifacts"
+        self.findings_dir = out / "findings"
+        self.logs_dir = out / "logs"
+        for d in (self.corpus_dir, self.artifacts_dir, self.findings_dir, self.logs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.journal = out / "findings.jsonl"
+        self.journal.write_text("")
+        self.findings: dict[str, dict[str, Any]] = {}  # key -> record
+        self.duplicates: dict[str, int] = {}
+        self.seen = {p.name for p in self.artifacts_dir.iterdir()}  # a previous run's are left alone
+        self.started = time.monotonic()
+        self.deadline = self.started + config.time
+        seeds = write_seeds(target, self.corpus_dir)
+        for directory in corpus:
+            for path in sorted(Path(directory).iterdir()):
+                if path.is_file():
+                    data = path.read_bytes()
+                    (self.corpus_dir / content_name(data)).write_bytes(data)
+        self.n_seeds = len(seeds)
+        self.workers = [_Worker(i, self.logs_dir / f"worker-{i}.log") for i in range(config.jobs)]
+        for w in self.workers:
+            w.log.write_text("")
+        self._last_progress = self.started
+
+    # --- workers
+
+    def _command(self, w: _Worker) -> list[str]:
+        remaining = max(1, int(self.deadline - time.monotonic()))
+        cmd = [sys.executable, str(self.script)]
+        if self.driver is not None:
+            cmd += ["--driver", self.driver]
+        cmd += [f"-timeout={self.config.timeout}", f"-max_total_time={remaining}",
+                f"-artifact_prefix={self.artifacts_dir}{os.sep}", "-print_final_stats=1"]
+        if self.config.seed is not None:
+            cmd.append(f"-seed={self.config.seed + w.index + 1000 * w.runs}")
+        return [*cmd, *self.config.extra_flags, str(self.corpus_dir)]
+
+    def _start(self, w: _Worker) -> None:
+        w.run_offset = w.log.stat().st_size
+        w.execs = w.rate = 0
+        with w.log.open("ab") as log:
+            log.write(f"--- run {w.runs + 1}: {shlex.join(self._command(w))}\n".encode())
+            log.flush()
+            w.proc = subprocess.Popen(self._command(w), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                      start_new_session=True)  # its own group: killed whole
+        w.runs += 1
+
+    def _run_log(self, w: _Worker) -> str:
+        """The end of the worker's log for its current run."""
+        with w.log.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(w.run_offset, size - 16384))
+            return f.read().decode(errors="replace")
+
+    def _read_status(self, w: _Worker) -> None:
+        found = _STATUS.findall(self._run_log(w))
+        if found:
+            execs, _, rate = found[-1]
+            w.execs, w.rate = int(execs), int(rate)
+
+    def _stop(self, w: _Worker) -> None:
+        if w.proc is not None and w.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+
+    def _after_exit(self, w: _Worker, new_artifacts: int) -> None:
+        self._read_status(w)
+        w.execs_done += w.execs
+        w.execs = w.rate = 0
+        code = w.proc.returncode if w.proc is not None else 0
+        w.proc = None
+        # A run that wrote an artifact found something, even when the artifact is one already
+        # seen (libFuzzer names artifacts by content: the same crash found again).
+        wrote = "Test unit written to" in self._run_log(w)
+        w.failures = 0 if new_artifacts or code == 0 or wrote else w.failures + 1
+        if w.failures >= 3:  # it cannot even start: a broken script or driver
+            w.retired = True
+            tail = w.log.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise CampaignError(f"fuzz worker {w.index} exits with status {code} without finding "
+                                f"anything, 3 times in a row; last line of {w.log}: {tail[0]}")
+        if self.deadline - time.monotonic() >= 1.0:
+            self._start(w)
+        else:
+            w.retired = True
+
+    # --- findings
+
+    def _scan(self) -> int:
+        """Handle every artifact not seen yet; returns how many there were."""
+        new = sorted((p for p in self.artifacts_dir.iterdir() if p.name not in self.seen),
+                     key=lambda p: p.stat().st_mtime)
+        for path in new:
+            self.seen.add(path.name)
+            kind, _, digest = path.name.partition("-")
+            if kind not in ARTIFACT_KINDS:
+                continue
+            # A seed that crashes would stop every restarted worker at once: drop it.
+            (self.corpus_dir / digest).unlink(missing_ok=True)
+            self._finding(path, kind)
+        return len(new)
+
+    def _replay_timeout(self) -> float:
+        return 2.0 * self.config.timeout + 2.0
+
+    def _finding(self, path: Path, artifact_kind: str) -> None:
+        data = path.read_bytes()
+        verdict = replay(self.target, self.driver, data, self._replay_timeout())
+        if not verdict.found:  # libFuzzer saw something the replay does not: keep it, flagged
+            verdict = Verdict("UNREPRODUCED", f"UNREPRODUCED|{artifact_kind}|",
+                              f"libFuzzer reported a {artifact_kind}; the replay ran cleanly",
+                              detail=verdict.detail)
+        elapsed = round(time.monotonic() - self.started, 1)
+        if verdict.key in self.findings:
+            self.duplicates[verdict.key] = self.duplicates.get(verdict.key, 0) + 1
+            self._journal({"event": "duplicate", "key": verdict.key, "artifact": str(path),
+                           "elapsed_s": elapsed})
+            return
+        number = len(self.findings) + 1
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", verdict.key).strip("_")[:80]
+        where = self.findings_dir / f"{number:03d}-{slug}"
+        where.mkdir(parents=True, exist_ok=True)
+        record: dict[str, Any] = {
+            "event": "finding", "number": number, "key": verdict.key, "kind": verdict.kind,
+            "message": verdict.message, "signal": verdict.signal, "frames": verdict.frames,
+            "artifact": str(path), "artifact_kind": artifact_kind, "elapsed_s": elapsed,
+            "target": self.target.name, "driver": self.driver, "dir": str(where),
+            "size": len(data), "input_base64": base64.b64encode(data).decode(),
+        }
+        self.findings[verdict.key] = record
+        self._journal(record)  # at once: a campaign killed during minimisation keeps it
+        self.progress(f"  new finding #{number} {verdict.key}: {verdict.message}")
+        (where / "original").write_bytes(data)
+        minimal = data
+        if verdict.kind in ("FINDING", "EXCEPTION", "CRASH"):  # a HANG costs a timeout per attempt
+            budget = min(self.config.minimise_time, max(2.0, self.deadline - time.monotonic()))
+            minimal = minimise(data, verdict.key, lambda d: replay(
+                self.target, self.driver, d, self._replay_timeout()).key == verdict.key, budget)
+        self._write_spec(where, record, verdict, data, minimal)
+
+    def _write_spec(self, where: Path, record: dict[str, Any], verdict: Verdict, original: bytes,
+                    minimal: bytes) -> None:
+        input_path = where / "minimized"
+        input_path.write_bytes(minimal)
+        command = replay_command(self.target_ref, input_path, self.driver)
+        try:
+            description = self.target.describe(minimal)
+        except Exception as e:
+            description = f"(describe failed: {type(e).__name__}: {e})"
+        spec = {
+            "target": self.target.name, "driver": self.driver, "key": verdict.key, "kind": verdict.kind,
+            "message": verdict.message, "signal": verdict.signal, "frames": verdict.frames,
+            "describe": description, "input_hex": minimal.hex(),
+            "input_base64": base64.b64encode(minimal).decode(), "input_size": len(minimal),
+            "original_size": len(original), "original_sha1": content_name(original),
+            "command": command, "detail": verdict.detail[-2000:],
+        }
+        (where / "spec.json").write_text(json.dumps(spec, indent=1) + "\n")
+        (where / "command.txt").write_text(command + "\n")
+        record.update(minimized=str(input_path), minimized_size=len(minimal), command=command)
+        self._journal({"event": "minimized", "key": verdict.key, "file": str(input_path),
+                       "size": len(minimal), "original_size": len(original), "command": command})
+
+    def _journal(self, record: dict[str, Any]) -> None:
+        with self.journal.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    # --- the loop
+
+    def _status(self) -> dict[str, Any]:
+        for w in self.workers:
+            if w.proc is not None:
+                self._read_status(w)
+        return {"elapsed_s": round(time.monotonic() - self.started, 1),
+                "execs": sum(w.execs_done + w.execs for w in self.workers),
+                "exec_per_s": sum(w.rate for w in self.workers if w.proc is not None),
+                "corpus": sum(1 for _ in self.corpus_dir.iterdir()),
+                "findings": len(self.findings), "duplicates": sum(self.duplicates.values()),
+                "worker_runs": sum(w.runs for w in self.workers)}
+
+    def _report_progress(self) -> None:
+        s = self._status()
+        self.progress(f"[{s['elapsed_s']:6.1f} s] execs {s['execs']} ({s['exec_per_s']}/s) corpus "
+                      f"{s['corpus']} findings {s['findings']} (+{s['duplicates']} duplicates) "
+                      f"worker runs {s['worker_runs']}")
+        self._last_progress = time.monotonic()
+
+    def run(self) -> dict[str, Any]:
+        """Fuzz until the time is up; every finding is journaled as it is classified."""
+        # libFuzzer checks -max_total_time only between inputs and not while it loads its corpus
+        # (a restarted worker re-runs it all): at the deadline the workers are killed.
+        grace = 1.0
+        try:
+            for w in self.workers:
+                self._start(w)
+            while True:
+                exited = [w for w in self.workers if w.proc is not None and w.proc.poll() is not None]
+                new = self._scan()
+                for w in exited:
+                    self._after_exit(w, new)
+                if time.monotonic() - self._last_progress >= self.config.progress_every:
+                    self._report_progress()
+                if all(w.proc is None for w in self.workers):
+                    break
+                if time.monotonic() > self.deadline + grace:
+                    break
+                time.sleep(0.2)
+        finally:
+            for w in self.workers:
+                self._stop(w)
+        self._scan()
+        return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        status = self._status()
+        summary = {
+            "target": self.target.name, "driver": self.driver, "script": str(self.script),
+            "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
+            "seed": self.config.seed, "seeds": self.n_seeds, **status,
+            "findings_by_key": {key: {"count": 1 + self.duplicates.get(key, 0), "kind": r["kind"],
+                                      "message": r["message"], "command": r.get("command"),
+                                      "dir": r["dir"]} for key, r in self.findings.items()},
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        return summary
+
+
+def replay_command(target: str, path: Path, driver: str | None) -> str:
+    """The one line that replays a finding."""
+    cmd = ["nncert", "fuzz", "replay", target, str(path)]
+    if driver is not None:
+        cmd += ["--driver", driver]
+    return shlex.join(cmd)

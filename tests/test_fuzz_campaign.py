@@ -1,0 +1,217 @@
+"""The fuzz campaign runner and ``nncert fuzz`` (VAL-3), on a toy target of our own: a script
+that follows the fuzz-script contract, aborts the process on inputs starting with b"CR",
+raises a Finding-like exception on b"FI" and (when asked) hangs on b"HA"."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from nncert.cli import main
+from nncert.fuzz.campaign import SCRIPTS_DIR, minimise
+
+pytest.importorskip("atheris")
+
+pytestmark = pytest.mark.req("VAL-3")
+
+TOY = '''
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+
+class ToyFinding(Exception):
+    def key(self) -> str:
+        return "toy_oracle|OP_X|BAD_STATUS"
+
+
+def make(driver):
+    modes = os.environ.get("TOY_MODES", "CR,FI").split(",")
+
+    def one(data: bytes) -> None:
+        if data[:2] == b"CR" and "CR" in modes:
+            os.abort()
+        if data[:2] == b"FI" and "FI" in modes:
+            raise ToyFinding(f"accepted {data[:8]!r} on {driver}")
+        if data[:2] == b"HA" and "HA" in modes:
+            time.sleep(1000)
+
+    return one
+
+
+TARGET = SimpleNamespace(name="toy", needs_driver=True, make=make,
+                         seeds=lambda: [b"xx", b"FJ", b"CR1", b"CR2"],
+                         describe=lambda data: f"toy input {data!r}")
+
+if __name__ == "__main__":
+    import atheris
+
+    argv = sys.argv[:]
+    driver = None
+    if "--driver" in argv:
+        i = argv.index("--driver")
+        driver = argv[i + 1]
+        del argv[i:i + 2]
+    atheris.Setup(argv, make(driver))
+    atheris.Fuzz()
+'''
+
+CRASH_KEY = "CRASH|toy.py:one|SIGABRT"
+FINDING_KEY = "toy_oracle|OP_X|BAD_STATUS"
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    script = tmp_path / "toy.py"
+    script.write_text(TOY)
+    return script
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]
+
+
+def test_campaign_finds_dedups_journals_and_keeps_going(toy, tmp_path, capsys):
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code = main(["fuzz", str(toy), "--time", "8", "--jobs", "2", "--timeout", "2", "--seed", "1",
+                 "--minimize-time", "3", "--progress-every", "1", "--out", str(out)])
+    wall = time.monotonic() - started
+    captured = capsys.readouterr()
+    assert code == 1
+    # --time honoured: 8 s of fuzzing, then at most the per-input timeout and a little grace
+    assert wall < 8 + 2 + 6, wall
+
+    records = _records(out)
+    findings = {r["key"]: r for r in records if r["event"] == "finding"}
+    assert set(findings) == {CRASH_KEY, FINDING_KEY}, findings.keys()
+    assert findings[CRASH_KEY]["signal"] == "SIGABRT"
+    top = findings[CRASH_KEY]["frames"][0]
+    assert top.endswith(" in one") and "toy.py" in top
+    assert findings[FINDING_KEY]["message"].startswith("accepted b'FI")
+    assert findings[FINDING_KEY]["message"].endswith("on reference")  # the driver reached the target
+    # Both crashing seeds crash: one finding, the other a duplicate; the Finding is only found
+    # by fuzzing on after the crashes, so the campaign kept going.
+    assert any(r["event"] == "duplicate" and r["key"] == CRASH_KEY for r in records)
+    assert findings[FINDING_KEY]["elapsed_s"] >= findings[CRASH_KEY]["elapsed_s"]
+    assert {r["key"] for r in records if r["event"] == "minimized"} == {CRASH_KEY, FINDING_KEY}
+
+    crash_dir = Path(findings[CRASH_KEY]["dir"])
+    assert (crash_dir / "minimized").read_bytes() == b"CR"  # b"CR1" / b"CR2", one byte dropped
+    spec = json.loads((crash_dir / "spec.json").read_text())
+    assert spec["target"] == "toy" and spec["driver"] == "reference" and spec["key"] == CRASH_KEY
+    assert spec["input_hex"] == b"CR".hex() and spec["describe"] == "toy input b'CR'"
+    command = (crash_dir / "command.txt").read_text().strip()
+    assert command == f"nncert fuzz replay {toy} {crash_dir / 'minimized'} --driver reference"
+    assert command == spec["command"]
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["findings_by_key"]) == {CRASH_KEY, FINDING_KEY}
+    assert summary["findings_by_key"][CRASH_KEY]["count"] >= 2
+    assert summary["duplicates"] >= 1 and summary["worker_runs"] > 2
+    assert summary["execs"] > 0
+    # the crashing seeds are dropped from the working corpus, or every restart would stop on them
+    assert not (out / "corpus" / hashlib.sha1(b"CR1").hexdigest()).exists()
+
+    progress = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert len(progress) >= 3 and all("execs" in p and "corpus" in p and "findings" in p for p in progress)
+    assert f"FINDING {FINDING_KEY}" in captured.out and "replay: nncert fuzz replay" in captured.out
+
+
+def test_replay_verdicts_and_exit_codes(toy, tmp_path, capsys):
+    finding, crash, clean = tmp_path / "fi", tmp_path / "cr", tmp_path / "ok"
+    finding.write_bytes(b"FIxyz")
+    crash.write_bytes(b"CRxyz")
+    clean.write_bytes(b"hello")
+    assert main(["fuzz", "replay", str(toy), str(finding), "--driver", "reference"]) == 1
+    out = capsys.readouterr().out
+    assert f"FINDING {FINDING_KEY}: accepted b'FIxyz' on reference" in out
+    assert "toy input b'FIxyz'" in out
+    assert main(["fuzz", "replay", str(toy), str(crash)]) == 1
+    assert f"CRASH {CRASH_KEY}: killed by SIGABRT" in capsys.readouterr().out
+    assert main(["fuzz", "replay", str(toy), str(clean)]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["fuzz", "replay", str(toy), str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read it" in err
+
+
+def test_corpus_writes_seeds_named_by_hash(toy, tmp_path, capsys):
+    out = tmp_path / "seeds"
+    assert main(["fuzz", "corpus", str(toy), "--out", str(out)]) == 0
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert files == {hashlib.sha1(s).hexdigest(): s for s in (b"xx", b"FJ", b"CR1", b"CR2")}
+    assert "4 seeds" in capsys.readouterr().out
+
+
+def test_hang_is_a_finding(toy, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TOY_MODES", "HA")
+    corpus = tmp_path / "extra"
+    corpus.mkdir()
+    (corpus / "hang").write_bytes(b"HA!")
+    out = tmp_path / "out"
+    code = main(["fuzz", str(toy), "--time", "4", "--timeout", "1", "--seed", "1", "--corpus", str(corpus),
+                 "--out", str(out)])
+    assert code == 1
+    findings = [r for r in _records(out) if r["event"] == "finding"]
+    assert [f["key"] for f in findings] == ["HANG|toy.py:one|"]
+    assert findings[0]["artifact_kind"] == "timeout"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fuzz", "no_such_target", "--out", "x"], "fuzz target"),
+    (["fuzz", "TOY", "--driver", "no_such_driver", "--out", "x"], "unknown driver 'no_such_driver'"),
+    (["fuzz", "TOY", "--jobs", "0", "--out", "x"], "--jobs must be at least 1"),
+    (["fuzz", "TOY", "--time", "-1", "--out", "x"], "--time must be positive"),
+    (["fuzz", "TOY", "--out", "x", "--", "-fork=2"], "-fork is set by the campaign"),
+    (["fuzz", "TOY", "--out", "x", "--", "max_len"], "expected -name=value"),
+    (["fuzz", "TOY", "--jobs", "two", "--out", "x"], "invalid int value"),
+    (["fuzz", "TOY"], "--out"),
+    (["fuzz", "TOY", "--out", "x", "--corpus", "/no/such/dir"], "not a directory"),
+    (["fuzz", "replay", "TOY"], "file"),
+    (["fuzz", "corpus", "/no/such/script.py", "--out", "x"], "no fuzz script"),
+])
+def test_usage_errors_are_one_line(toy, tmp_path, capsys, argv, message):
+    argv = [str(toy) if a == "TOY" else a for a in argv]
+    argv = [str(tmp_path / a) if a == "x" else a for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_minimise_keeps_the_key():
+    calls = []
+
+    def same_key(data: bytes) -> bool:
+        calls.append(data)
+        return b"C" in data and b"R" in data[data.index(b"C"):] if b"C" in data else False
+
+    assert minimise(b"xxxxCxxxxxxRxxxx", "k", same_key, budget=5) == b"CR"
+    assert minimise(b"abc", "k", lambda d: False, budget=5) == b"abc"
+    assert all(len(c) < 16 for c in calls)
+
+
+_HAVE_TARGETS = (importlib.util.find_spec("nncert.fuzz.targets") is not None
+                 and (SCRIPTS_DIR / "prepare_model.py").is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAVE_TARGETS, reason="nncert.fuzz.targets or fuzz/prepare_model.py not there yet")
+def test_prepare_model_finds_wrong_acceptance(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["fuzz", "prepare_model", "--driver", "mutant:no_validation", "--time", "60",
+                 "--jobs", "2", "--seed", "1", "--minimize-time", "10", "--out", str(out)])
+    assert code == 1
+    findings = [r for r in _records(out) if r["event"] == "finding"]
+    assert findings, capsys.readouterr()
+    assert all(r["kind"] == "FINDING" for r in findings), [r["key"] for r in findings]

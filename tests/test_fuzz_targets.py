@@ -1,0 +1,145 @@
+"""The fuzz targets (nncert.fuzz): decoding is total and seeds are valid, every target takes
+its seeds quietly on the reference, and the oracles have teeth (VAL-1, VAL-3, CACHE-4)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nncert.fuzz import Finding
+from nncert.fuzz import decode as dec
+from nncert.fuzz.targets import TARGETS, split_driver_argument, write_corpus
+from nncert.hal.errors import ValidationError
+from nncert.hal.validation import validate_model, validate_request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _random_inputs(n: int, seed: int = 0, longest: int = 48) -> list[bytes]:
+    rng = random.Random(seed)
+    return [bytes(rng.getrandbits(8) for _ in range(rng.randrange(longest))) for _ in range(n)]
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNCERT_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.mark.req("VAL-3")
+def test_decoding_is_total_and_mostly_near_valid():
+    valid = 0
+    inputs = _random_inputs(3000)
+    for data in inputs:
+        d = dec.decode_model(data)
+        assert d.describe()
+        try:
+            validate_model(d.model)
+            valid += 1
+        except ValidationError:
+            pass
+        r = dec.decode_request(data)
+        assert r.describe()
+        try:
+            validate_request(r.request, r.case.model)
+        except ValidationError:
+            pass
+        assert dec.decode_burst(data, 1 << 16).describe()
+        assert dec.decode_cache(b"NNCC{\"a\": 12}", b"data", b"t" * 32, dec.ByteReader(data),
+                                (b"u" * 32,)).describe()
+    # Most inputs are a case with few mutations: a good share stays valid, not all.
+    assert 0.1 * len(inputs) < valid < 0.9 * len(inputs)
+
+
+def test_seeds_decode_to_valid_models_and_requests():
+    seeds = list(TARGETS["validate_model"].seeds())
+    assert len(seeds) > len(dec.cases()) // 5  # every case's base model, and its other variations
+    operations = set()
+    for seed in seeds:
+        d = dec.decode_model(seed)
+        assert not d.mutations
+        validate_model(d.model)
+        operations.add(d.case.key.operation)
+    for seed in seeds[::7]:
+        r = dec.decode_request(seed)
+        validate_request(r.request, r.case.model)
+    assert len(operations) == len({k.operation for k in dec.cases()})
+
+
+def test_corpus_files_are_named_by_content(tmp_path):
+    assert write_corpus("burst", tmp_path) == len(list(TARGETS["burst"].seeds()))
+    assert write_corpus("burst", tmp_path) == 0
+    for f in tmp_path.iterdir():
+        assert hashlib.sha1(f.read_bytes()).hexdigest() == f.name
+
+
+def test_driver_argument_is_taken_out():
+    assert split_driver_argument(["x.py", "--driver", "mutant:crash", "-runs=5", "corpus"]) == \
+        ("mutant:crash", ["x.py", "-runs=5", "corpus"])
+    assert split_driver_argument(["x.py", "--driver=service:reference"]) == ("service:reference", ["x.py"])
+
+
+def test_finding_key_round_trips_through_its_traceback_line():
+    f = Finding("wrong-status", "prepare_model refused it", "CONV_2D", "GENERAL_FAILURE")
+    assert f.key() == "wrong-status|CONV_2D|GENERAL_FAILURE"
+    parsed = Finding.parse(f"Traceback ...\nnncert.fuzz.Finding: {f}\n")
+    assert parsed is not None and parsed.key() == f.key() and parsed.message == f.message
+
+
+@pytest.mark.req("VAL-1", "VAL-3")
+@pytest.mark.parametrize("name", ["validate_model", "validate_request", "prepare_model", "execute",
+                                  "prepare_from_cache"])
+def test_target_takes_seeds_and_random_inputs_quietly_on_the_reference(name):
+    target = TARGETS[name]
+    one_input = target.make(None)
+    seeds = list(target.seeds())
+    for data in seeds[::11] + _random_inputs(400, seed=1):
+        one_input(data)
+
+
+@pytest.mark.req("BURST-4", "VAL-1")
+def test_burst_target_takes_seeds_and_random_inputs_on_a_hosted_reference():
+    target = TARGETS["burst"]
+    one_input = target.make(None)
+    # The last input once made a circular message (the same list put into itself).
+    regressions = [base64.b64decode("T09PT09PT09PT09PT09PT09PT09PT/Q9/z3/+/8=")]
+    for data in list(target.seeds()) + _random_inputs(150, seed=2) + regressions:
+        one_input(data)
+
+
+def _first_finding(name: str, spec: str, limit: int) -> tuple[int, Finding]:
+    one_input = TARGETS[name].make(spec)
+    for n, data in enumerate(_random_inputs(limit, seed=3)):
+        try:
+            one_input(data)
+        except Finding as f:
+            return n, f
+    pytest.fail(f"{name} found nothing on {spec} in {limit} random inputs")
+
+
+@pytest.mark.req("VAL-1")
+def test_prepare_model_finds_wrong_acceptance_on_no_validation():
+    _, finding = _first_finding("prepare_model", "mutant:no_validation", 3000)
+    assert finding.kind == "wrong-acceptance", finding
+
+
+@pytest.mark.req("CACHE-4")
+def test_prepare_from_cache_finds_an_accepted_corrupt_cache_on_trusts_cache():
+    _, finding = _first_finding("prepare_from_cache", "mutant:trusts_cache", 3000)
+    assert finding.kind == "cache-accepted", finding
+
+
+@pytest.mark.req("VAL-3")
+def test_atheris_script_runs(tmp_path):
+    pytest.importorskip("atheris")
+    env = {**os.environ, "NNCERT_STATE_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, str(ROOT / "fuzz" / "validate_model.py"), "-runs=2000"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Done 2000 runs" in result.stderr
