@@ -143,9 +143,21 @@ class Model:
         )
 
 
+def _enum(cls: type, value: object) -> object:
+    """``value`` as a member of ``cls`` where it is one (a mutated or decoded model may hold
+    raw ints, which a valid model's copy should not pass on to kernels and exporters)."""
+    if value.__class__ is cls:
+        return value
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        return value
+
+
 def _copy_operand(o: Operand) -> Operand:
     cq = o.channel_quant
-    return Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
+    return Operand(_enum(OperandType, o.type), o.dimensions, o.scale, o.zero_point,
+                   _enum(OperandLifeTime, o.lifetime),
                    DataLocation(o.location.pool_index, o.location.offset, o.location.length,
                                 o.location.padding),
                    None if cq is None else SymmPerChannelQuantParams(cq.scales, cq.channel_dim))
@@ -154,7 +166,8 @@ def _copy_operand(o: Operand) -> Operand:
 def _copy_subgraph(sg: Subgraph) -> Subgraph:
     # By hand: copy.deepcopy is ten times slower, and validation suites copy models a lot.
     return Subgraph([_copy_operand(o) for o in sg.operands],
-                    [Operation(op.type, list(op.inputs), list(op.outputs)) for op in sg.operations],
+                    [Operation(_enum(OperationType, op.type), list(op.inputs), list(op.outputs))
+                     for op in sg.operations],
                     list(sg.input_indexes), list(sg.output_indexes))
 
 

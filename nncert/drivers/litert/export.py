@@ -35,6 +35,7 @@ What cannot be expressed raises ``Unmappable`` with the reason.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,6 +56,15 @@ except ImportError:  # pragma: no cover - exercised only without ai-edge-litert
 
 _NHWC = (0, 2, 3, 1)  # NCHW -> NHWC
 _NCHW = (0, 3, 1, 2)  # NHWC -> NCHW
+
+#: The most elements an exported tensor may have (1 GiB of float32): a model asking for more
+#: (a fuzzed padding of 10^9) is declined, not materialised while exporting.
+MAX_TENSOR_ELEMENTS = 1 << 28
+
+#: Quantisation scales LiteRT's kernels take: found by `nncert fuzz prepare_model --driver
+#: litert`, a quantised ADD with an input scale of 1e38 aborts (SIGABRT) and a per-channel
+#: TRANSPOSE_CONV_2D with an input scale of 1e-45 segfaults, in the kernels' Prepare.
+QUANT_SCALE_RANGE = (2.0**-32, 2.0**32)
 
 #: HAL tensor type -> (TFLite TensorType name, numpy dtype)
 _TYPES = {
@@ -113,6 +123,9 @@ class Graph:
 
     def tensor(self, shape: Sequence[int], ttype: str, quant: Quant = None,
                data: np.ndarray | None = None, name: str = "") -> int:
+        if math.prod(int(d) for d in shape) > MAX_TENSOR_ELEMENTS:
+            raise Unmappable(f"a {ttype} tensor of shape {list(shape)} is beyond the "
+                             f"{MAX_TENSOR_ELEMENTS:,} elements the exporter maps")
         t = fb.TensorT()
         t.shape = [int(d) for d in shape]
         t.type = getattr(fb.TensorType, ttype)
@@ -719,6 +732,7 @@ def _pool(code: str) -> Callable[[Node], None]:
             # then rescale each position by window area / taps inside the input.
             from nncert.ops.window import Window, valid_counts
 
+            padded = _padded(n, x, pads)  # first: a padding too large to map stops here
             _, h, w, _ = n.in_shape("input")
             win = Window((fh, fw), (int(n.scalar("stride_h")), int(n.scalar("stride_w"))), (1, 1),
                          pads[:2], pads[2:])
@@ -726,7 +740,7 @@ def _pool(code: str) -> Callable[[Node], None]:
             ratio = fh * fw / counts
             if code == "L2_POOL_2D":
                 ratio = np.sqrt(ratio)
-            pooled = g.unary(code, _padded(n, x, pads), n.out_shape(), options="Pool2D",
+            pooled = g.unary(code, padded, n.out_shape(), options="Pool2D",
                              fusedActivationFunction=0, **fields)
             g.op("MUL", [pooled, g.const(ratio[None, :, :, None], np.float32)], [n.out()], "Mul",
                  fusedActivationFunction=n.fused())
@@ -970,4 +984,9 @@ def operation_problem(model: Model, index: int) -> str | None:
         o = sg.operands[i]
         if o.type.is_tensor and o.type not in _TYPES and o.lifetime is not OperandLifeTime.NO_VALUE:
             return f"TFLite has no tensor type for {o.type.name}"
+        scales = o.channel_quant.scales if o.channel_quant else (o.scale,) if o.type.is_quant else ()
+        extreme = [x for x in scales if not QUANT_SCALE_RANGE[0] <= x <= QUANT_SCALE_RANGE[1]]
+        if extreme:
+            return (f"operand {i} has quantisation scale {extreme[0]:g}: LiteRT's fixed-point "
+                    f"rescaling aborts or crashes outside [2^-32, 2^32] (found by fuzzing)")
     return None
