@@ -147,14 +147,15 @@ def test_atheris_script_runs(tmp_path):
 
 #: What `nncert fuzz prepare_model --driver litert --time 600` found (minimised inputs):
 #: LiteRT aborting on a quantised ADD of input scale 1e38 and segfaulting on a per-channel
-#: TRANSPOSE_CONV_2D of input scale 1e-45 (now declined by the exporter), the driver's error
-#: message on a raw-int operation type, and an export materialising a pooling window grid of
-#: 10^9 rows (now declined). Replayed through a hosted driver where a regression would crash
-#: or hang: the service dies, not this test session. (The raw int does not survive the
-#: service's wire format, so that one runs in process.)
+#: TRANSPOSE_CONV_2D of input scale 1e-45 (now declined by the exporter), raw-int operation
+#: and operand types reaching the driver's error message and supported_operations, and an
+#: export materialising a pooling window grid of 10^9 rows (now declined). Replayed through
+#: a hosted driver where a regression would crash or hang: the service dies, not this test
+#: session. (Raw ints do not survive the service's wire format: those run in process.)
 LITERT_FINDINGS = {"abort-quant-scale-1e38": ("fb15151515151515", "service:litert"),
                    "segv-per-channel-scale-1e-45": ("90696e70757432ae", "service:litert"),
                    "raw-int-operation-type": ("d392ff4eff616c706861ff4eff", "litert"),
+                   "raw-int-operand-type": ("21a95f6c32f6c53f735fffff01", "litert"),
                    "huge-pool-padding": ("5421b6a03b383838ff3838b8ffffff3a3838", "service:litert")}
 
 

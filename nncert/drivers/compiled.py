@@ -212,7 +212,7 @@ class CompiledDriver(Driver):
 
     def supported_operations(self, model: Model) -> list[bool]:
         validate_model(model, self.feature_level)
-        wide = widen_float16(model)
+        wide = widen_float16(model.copy())  # the copy's enum types, not a decoded model's raw ints
         return [self.why_unsupported(wide, n) is None for n in range(len(wide.main.operations))]
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
