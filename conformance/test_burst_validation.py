@@ -16,28 +16,19 @@ import pytest
 
 from nncert.drivers.service import RemoteBurst
 from nncert.drivers.service.fmq import QueueTimeout
-from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import HalError
-from nncert.hal.model import Model
-from nncert.hal.types import ErrorStatus, OperandType, OperationType
-from nncert.testing.harness import check_outputs, prepare_or_skip
+from nncert.hal.types import ErrorStatus
+from nncert.testing.harness import add_model, check_outputs, prepare_or_skip
 
 DIMS = (2, 3)
 #: Seconds a queue-level exchange may take before it counts as a hang.
 ANSWER_WITHIN_S = 5.0
 
 
-def _add_model() -> Model:
-    b = ModelBuilder()
-    x, y = b.operand(OperandType.TENSOR_FLOAT32, DIMS), b.operand(OperandType.TENSOR_FLOAT32, DIMS)
-    out = b.operand(OperandType.TENSOR_FLOAT32, DIMS)
-    b.operation(OperationType.ADD, [x, y, b.constant(OperandType.INT32, 0)], [out])
-    return b.build([x, y], [out])
-
-
 @pytest.fixture
 def burst(driver):
-    model = _add_model()
+    model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     return model, prepared, prepared.configure_execution_burst()
 

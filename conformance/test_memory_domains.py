@@ -24,7 +24,7 @@ from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import KINDS, Memory
 from nncert.hal.model import BufferDesc, BufferRole, DataLocation, Request, RequestArgument, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
-from nncert.testing.harness import PATHS, execute, prepare_or_skip
+from nncert.testing.harness import PATHS, execute, prepare_or_skip, status_of
 
 T = OperandType
 OK = ErrorStatus.NONE
@@ -272,18 +272,8 @@ def test_allocate_valid(domains, name):
 
 # -- copy_to / copy_from (MEM-5, MEM-6) -------------------------------------------------------
 
-def _copy_status(call) -> ErrorStatus:
-    try:
-        call()
-    except DriverFault:
-        raise
-    except HalError as e:
-        return e.status
-    return OK
-
-
 def _expect_copy(call, expected: ErrorStatus, what: str, req: str = "MEM-5") -> None:
-    got = _copy_status(call)
+    got = status_of(call)
     if got is not expected:
         pytest.fail(f"{req}: {what}: {got.name}, expected {expected.name}")
 

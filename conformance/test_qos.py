@@ -15,11 +15,19 @@ import time
 import numpy as np
 import pytest
 
-from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.model import Model
-from nncert.hal.types import ErrorStatus, OperandType, OperationType, Priority
+from nncert.hal.types import ErrorStatus, Priority
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
-from nncert.testing.harness import PATHS, check_outputs, declined, execute, prepare_or_skip, status_of
+from nncert.testing.harness import (
+    PATHS,
+    add_model,
+    check_outputs,
+    declined,
+    execute,
+    prepare_or_skip,
+    status_of,
+)
 
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 SHORT_NS = 5_000_000  # the VTS's kShortDuration
@@ -31,14 +39,6 @@ DIMS = (2, 3)
 def _deadline(bound: str) -> int:
     now = time.monotonic_ns()
     return {"now": now, "unlimited": UNLIMITED, "short": now + SHORT_NS}[bound]
-
-
-def _add_model() -> Model:
-    b = ModelBuilder()
-    x, y = b.operand(OperandType.TENSOR_FLOAT32, DIMS), b.operand(OperandType.TENSOR_FLOAT32, DIMS)
-    out = b.operand(OperandType.TENSOR_FLOAT32, DIMS)
-    b.operation(OperationType.ADD, [x, y, b.constant(OperandType.INT32, 0)], [out])
-    return b.build([x, y], [out])
 
 
 def _feeds() -> list[np.ndarray]:
@@ -60,7 +60,7 @@ def _allowed(bound: str) -> tuple[ErrorStatus, ...]:
 @pytest.mark.req("EXE-10")
 @pytest.mark.parametrize("priority", list(Priority), ids=[p.name for p in Priority])
 def test_prepare_with_every_priority(driver, priority):
-    model = _add_model()
+    model = add_model(DIMS)
     if declined(driver, model):
         pytest.skip(declined(driver, model))
     status, prepared = _prepare(driver, model, priority=priority)
@@ -72,7 +72,7 @@ def test_prepare_with_every_priority(driver, priority):
 @pytest.mark.req("EXE-10")
 @pytest.mark.parametrize("bound", BOUNDS)
 def test_prepare_with_a_deadline(driver, bound):
-    model = _add_model()
+    model = add_model(DIMS)
     if declined(driver, model):
         pytest.skip(declined(driver, model))
     status, prepared = _prepare(driver, model, deadline=_deadline(bound))
@@ -86,7 +86,7 @@ def test_prepare_with_a_deadline(driver, bound):
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bound", BOUNDS)
 def test_execute_with_a_deadline(driver, path, bound):
-    model = _add_model()
+    model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     feeds = _feeds()
     request = build_request(model, feeds)
@@ -107,7 +107,7 @@ def test_prepare_with_a_past_deadline_is_missed(driver):
     not look at the deadline at all. (The VTS accepts NONE for "now" because the clock may
     not have moved between taking the time and the driver's check; one second ago leaves no
     such race.)"""
-    model = _add_model()
+    model = add_model(DIMS)
     if declined(driver, model):
         pytest.skip(declined(driver, model))
     status, prepared = _prepare(driver, model, deadline=time.monotonic_ns() - 1_000_000_000)
@@ -120,7 +120,7 @@ def test_prepare_with_a_past_deadline_is_missed(driver):
 def test_execute_with_a_past_deadline_is_missed(driver, path):
     """As for preparation: a deadline already past when the execution starts must be missed
     (EXE-10), on every path."""
-    model = _add_model()
+    model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, _feeds())
     status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() - 1_000_000_000))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from nncert.drivers.base import Deadline, Driver, PreparedModel, SyncFence, hang_timeout
-from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import ErrorStatus, MeasureTiming
+from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.testing import triage
 from nncert.testing.cases import OpCase
 from nncert.testing.criteria import output_mismatches
@@ -46,6 +46,16 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
         burst = prepared.configure_execution_burst()
         return burst.execute(request, list(range(len(request.pools))), measure, deadline, loop_timeout)
     raise ValueError(f"unknown execution path {path!r} (known: {', '.join(PATHS)})")
+
+
+def add_model(dims: Sequence[int] = (2, 3)) -> Model:
+    """x + y of two float32 inputs: the smallest model, for tests about the paths rather
+    than the arithmetic (deadlines, bursts)."""
+    b = ModelBuilder()
+    x, y = b.operand(OperandType.TENSOR_FLOAT32, dims), b.operand(OperandType.TENSOR_FLOAT32, dims)
+    out = b.operand(OperandType.TENSOR_FLOAT32, dims)
+    b.operation(OperationType.ADD, [x, y, b.constant(OperandType.INT32, 0)], [out])
+    return b.build([x, y], [out])
 
 
 def status_of(call: Callable[[], object]) -> ErrorStatus:
