@@ -168,6 +168,26 @@ def test_pad_quant8_padding_needs_hal_1_2():
     assert version_of(Op.PAD, [f, ints([[0, 0], [0, 1]])], F32) == Version.V1_1
 
 
+def test_an_output_too_large_fails_before_the_kernel_allocates_it():
+    """Found by the execute fuzz target: paddings given as a model input, overwritten with
+    0x31af0855 (2.9 G elements), made the reference allocate until the OOM killer came. An
+    output over MAX_OUTPUT_ELEMENTS is now GENERAL_FAILURE, before the kernel runs."""
+    from nncert.hal.errors import HalError
+    from nncert.hal.types import ErrorStatus
+    from nncert.ops.base import MAX_OUTPUT_ELEMENTS
+
+    b = ModelBuilder()
+    x, pads = b.operand(T.TENSOR_FLOAT32, (1, 2)), b.operand(T.TENSOR_INT32, (2, 2))
+    out = b.operand(T.TENSOR_FLOAT32, (0, 0))
+    b.operation(Op.PAD, [x, pads], [out])
+    model = b.build([x, pads], [out])
+    x_value = np.ones((1, 2), np.float32)
+    assert run_model(model, [x_value, np.array([[0, 0], [0, 3]], np.int32)])[0].shape == (1, 5)
+    with pytest.raises(HalError) as e:
+        run_model(model, [x_value, np.array([[0, 0], [0, MAX_OUTPUT_ELEMENTS]], np.int32)])
+    assert e.value.status is ErrorStatus.GENERAL_FAILURE and "67,108,866 elements" in e.value.message
+
+
 def test_pad_v2_float_value():
     got = run(Op.PAD_V2, [tensor(F32, [1.0, 2.0]), ints([[1, 2]]), scalar(T.FLOAT32, 9.5)], F32)
     np.testing.assert_array_equal(got, [9.5, 1, 2, 9.5, 9.5])

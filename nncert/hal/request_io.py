@@ -69,9 +69,12 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
             values.append(item)
             continue
         view, offset, dtype, dims, n = item
-        arr = np.frombuffer(view, dtype, n, offset)
-        if copy:
-            arr = arr.copy()
+        if dtype == np.bool_:  # any non-zero byte is true (TENSOR_BOOL8): canonical 0 / 1 for kernels
+            arr = np.frombuffer(view, np.uint8, n, offset) != 0
+        else:
+            arr = np.frombuffer(view, dtype, n, offset)
+            if copy:
+                arr = arr.copy()
         values.append(arr.reshape(dims))
     return values
 

@@ -41,6 +41,17 @@ class ShapeError(Exception):
     """Parameters or shapes that make an operation invalid."""
 
 
+#: The most elements an operation's output may have in the reference kernels (64 Mi; the
+#: largest tensor of a real model here has under a million). Run-time values (a padding, a
+#: shape, a multiple given as a model input) can ask for far more, and numpy would try to
+#: allocate it: such an execution fails (GENERAL_FAILURE) before the kernel runs.
+MAX_OUTPUT_ELEMENTS = 1 << 26
+
+
+class TooLarge(Exception):  # noqa: N818 - named as what it reports
+    """An operation whose outputs would exceed MAX_OUTPUT_ELEMENTS."""
+
+
 # ---------------------------------------------------------------------------------------
 # Declarations
 

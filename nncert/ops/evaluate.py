@@ -15,10 +15,12 @@ import numpy as np
 from nncert.hal.model import Operand, dtype_of
 from nncert.hal.types import Version
 from nncert.ops.base import (
+    MAX_OUTPUT_ELEMENTS,
     Match,
     OpContext,
     OpRecord,
     ShapeError,
+    TooLarge,
     Unknown,
     apply_activation,
     from_real,
@@ -120,6 +122,7 @@ def evaluate_real(record: OpRecord, inputs: Sequence[Operand | None], raw: Seque
         values = [None if o is None else (np.asarray(v).item() if o.type.is_scalar else np.asarray(v))
                   for o, v in zip(inputs, raw, strict=True)]
     ctx = bind(record, inputs, values, outputs, m)
+    _check_output_shapes(record, ctx)
     result = [np.asarray(r) for r in record.kernel(ctx)]
     if record.activation:
         act = int(ctx.value(record.activation, 0))
@@ -130,6 +133,24 @@ def evaluate_real(record: OpRecord, inputs: Sequence[Operand | None], raw: Seque
             if result[i].ndim == 4:
                 result[i] = np.transpose(result[i], TO_NCHW)
     return result
+
+
+def _check_output_shapes(record: OpRecord, ctx: Any) -> None:
+    """The record's shape rule on the run-time values, before the kernel: a ShapeError for
+    parameters that make the operation invalid (a block shape given as a model input that
+    does not divide the padded size), TooLarge for an output beyond MAX_OUTPUT_ELEMENTS.
+    A shape the rule cannot tell before the kernel runs (data-dependent) is not checked."""
+    try:
+        shapes = record.shape(ctx)
+    except Unknown:
+        return
+    for i, s in enumerate(shapes):
+        n = 1
+        for d in s:
+            n *= int(d)
+        if n > MAX_OUTPUT_ELEMENTS:
+            raise TooLarge(f"output {i} would have shape {[int(d) for d in s]}: {n:,} elements, more "
+                           f"than the reference kernels' {MAX_OUTPUT_ELEMENTS:,}")
 
 
 def evaluate(record: OpRecord, inputs: Sequence[Operand | None], raw: Sequence[Any],

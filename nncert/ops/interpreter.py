@@ -14,7 +14,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Model, Operand, Operation, Subgraph
 from nncert.hal.types import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, ErrorStatus, OperandLifeTime
 from nncert.ops import control_flow, get
-from nncert.ops.base import ShapeError, Unknown
+from nncert.ops.base import ShapeError, TooLarge, Unknown
 from nncert.ops.evaluate import evaluate
 
 #: (operation index, operation, its input operands (None: omitted) and values, its output
@@ -117,6 +117,8 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
                 outs = evaluate(record, in_ops, [values[i] for i in op.inputs], out_ops)
             except (ShapeError, Unknown) as e:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {n} ({op.type.name}): {e}") from None
+            except TooLarge as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"operation {n} ({op.type.name}): {e}") from None
             if after is not None:
                 outs = after(n, op, in_ops, [values[i] for i in op.inputs], out_ops, outs)
         for idx, arr, operand in zip(op.outputs, outs, out_ops, strict=True):
