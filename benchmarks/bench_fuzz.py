@@ -1,7 +1,10 @@
 """Fuzz targets: executions per second of each atheris script (fuzz/<target>.py) on the
-reference driver, with instrumentation on, as libFuzzer reports them (its last
-``exec/s:`` figure, and ``Done N runs in S second(s)``). Each run starts from the target's
-seed corpus (written to a temporary directory), so the figures include the seeds' replay.
+reference driver, with instrumentation on, from libFuzzer's own reports. Each run starts
+from the target's seed corpus (written to a temporary directory). Two figures: "overall" is
+libFuzzer's last ``exec/s:`` (runs / seconds, the seeds' replay included, when every seed
+case is built for the first time), "steady" is the rate after the corpus is loaded: the runs
+between the INITED line and the end over the seconds between them (libFuzzer's cumulative
+exec/s gives each line's time as runs / rate).
 
     python benchmarks/bench_fuzz.py [--seconds 20] [--target NAME ...] [--driver SPEC]
 """
@@ -21,7 +24,20 @@ from nncert.fuzz.targets import TARGETS, write_corpus
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(target: str, seconds: int, driver: str | None) -> tuple[int | None, str]:
+def steady_rate(log: str) -> int | None:
+    """Runs per second from INITED to the last status line (None when there are too few)."""
+    lines = re.findall(r"^#(\d+)\s+(\w+)\s.*?exec/s: (\d+)", log, re.M)
+    inited = [(int(n), int(r)) for n, kind, r in lines if kind == "INITED"]
+    if not inited or not lines:
+        return None
+    (n0, r0), (n1, r1) = inited[0], (int(lines[-1][0]), int(lines[-1][2]))
+    if not (r0 and r1) or n1 <= n0:
+        return None
+    dt = n1 / r1 - n0 / r0
+    return round((n1 - n0) / dt) if dt > 0 else None
+
+
+def measure(target: str, seconds: int, driver: str | None) -> tuple[int | None, int | None, str]:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus"
         write_corpus(target, corpus)
@@ -34,7 +50,7 @@ def measure(target: str, seconds: int, driver: str | None) -> tuple[int | None, 
     rates = re.findall(r"exec/s: (\d+)", out)
     done = re.search(r"Done (\d+) runs in (\d+) second", out)
     summary = f"{done.group(1)} runs in {done.group(2)} s" if done else out.strip().splitlines()[-1][:200]
-    return (int(rates[-1]) if rates else None), summary
+    return (int(rates[-1]) if rates else None), steady_rate(out), summary
 
 
 def main() -> None:
@@ -44,8 +60,13 @@ def main() -> None:
     parser.add_argument("--driver", default=None)
     args = parser.parse_args()
     for name in args.target or list(TARGETS):
-        rate, summary = measure(name, args.seconds, args.driver)
-        print(f"{name:20s} exec/s {rate if rate is not None else '?':>7}   ({summary})", flush=True)
+        overall, steady, summary = measure(name, args.seconds, args.driver)
+        print(f"{name:20s} exec/s overall {_n(overall):>7}  steady {_n(steady):>7}   ({summary})",
+              flush=True)
+
+
+def _n(x: int | None) -> str:
+    return "?" if x is None else str(x)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import sys
 import atheris
 import numpy  # noqa: F401 - imported before instrumentation: only nncert's code is instrumented
 
-with atheris.instrument_imports(include=["nncert"]):
+from nncert.fuzz import HARNESS_MODULES
+
+with atheris.instrument_imports(include=["nncert"], exclude=HARNESS_MODULES):
     from nncert.fuzz.targets import fuzz_main
 
 if __name__ == "__main__":

@@ -31,6 +31,13 @@ class ToyFinding(Exception):
         return "toy_oracle|OP_X|BAD_STATUS"
 
 
+class KnownFinding(Exception):
+    test = "conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]"
+
+    def key(self) -> str:
+        return "wrong-result|NOT_EQUAL|NONE"
+
+
 def make(driver):
     modes = os.environ.get("TOY_MODES", "CR,FI").split(",")
 
@@ -39,6 +46,8 @@ def make(driver):
             os.abort()
         if data[:2] == b"FI" and "FI" in modes:
             raise ToyFinding(f"accepted {data[:8]!r} on {driver}")
+        if data[:2] == b"KN" and "KN" in modes:
+            raise KnownFinding("NOT_EQUAL of equal real values")
         if data[:2] == b"HA" and "HA" in modes:
             time.sleep(1000)
 
@@ -187,6 +196,24 @@ def test_usage_errors_are_one_line(toy, tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_a_discrepancy_the_driver_expects_is_marked_known(toy, tmp_path, monkeypatch):
+    """A finding whose case is a strict xfail of the driver (its expectations.toml) is still
+    recorded, marked known with the entry's reason; a new one is not."""
+    from nncert.fuzz.campaign import Campaign, CampaignConfig, resolve_target
+
+    monkeypatch.setenv("TOY_MODES", "KN,FI")
+    target, script = resolve_target(str(toy))
+    campaign = Campaign(target, script, "litert", tmp_path / "out", CampaignConfig(time=5, minimise_time=1))
+    for name, data in (("crash-kn", b"KN"), ("crash-fi", b"FI")):
+        (campaign.artifacts_dir / name).write_bytes(data)
+    campaign._scan()
+    known = campaign.findings["wrong-result|NOT_EQUAL|NONE"]["known"]
+    assert known["test"].endswith("[NOT_EQUAL-quant8_asymm-s0]")
+    assert "fixed-point rescaling" in known["reason"] and known["source"].startswith("expectations.toml")
+    assert "known" not in campaign.findings[FINDING_KEY]
+    assert campaign._summary()["findings_by_key"]["wrong-result|NOT_EQUAL|NONE"]["known"] == known
 
 
 def test_minimise_keeps_the_key():

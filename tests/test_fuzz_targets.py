@@ -57,6 +57,22 @@ def test_decoding_is_total_and_mostly_near_valid():
     assert 0.1 * len(inputs) < valid < 0.9 * len(inputs)
 
 
+def test_shared_decoding_leaves_the_seed_models_alone():
+    """decode_model(private=False) copies on write: its mutations never reach the seed
+    model, and it gives the same model as the private decoding."""
+    inputs = _random_inputs(2000, seed=3)
+    before = {}
+    for data in inputs:
+        case = dec.decode_model(data, private=False).case
+        before.setdefault(case.key.id, (case, case.model.copy()))
+    for data in inputs:
+        shared, private = dec.decode_model(data, private=False), dec.decode_model(data)
+        assert shared.mutations == private.mutations
+        assert shared.model.copy() == private.model
+    for case, copy in before.values():
+        assert case.model == copy, case.key.id
+
+
 def test_seeds_decode_to_valid_models_and_requests():
     seeds = list(TARGETS["validate_model"].seeds())
     assert len(seeds) > len(dec.cases()) // 5  # every case's base model, and its other variations
@@ -164,3 +180,23 @@ LITERT_FINDINGS = {"abort-quant-scale-1e38": ("fb15151515151515", "service:liter
 def test_litert_fuzz_findings_stay_fixed(name):
     data, driver = LITERT_FINDINGS[name]
     TARGETS["prepare_model"].make(driver)(bytes.fromhex(data))  # a Finding or a dead service fails
+
+
+def test_a_mutated_constant_length_does_not_blow_up_the_decoder():
+    """A validate_model campaign's OOM artifact: a constant's length mutated to 738 MB, then
+    its value rewritten; the decoder writes at most MAX_CONSTANT_BYTES."""
+    d = dec.decode_model(bytes.fromhex("0007a40007d61cce8ae28d18ff2bffd68ae28d18cecececeff2bffffd8"))
+    assert len(d.model.operand_values) <= dec.MAX_CONSTANT_BYTES + 4096
+    with pytest.raises(ValidationError):
+        validate_model(d.model)
+
+
+@pytest.mark.req("VAL-3")
+@pytest.mark.parametrize("path", [0, 1, 2, 3])
+def test_litert_takes_any_non_zero_bool8_byte_as_true(path):
+    """Found by the execute target on litert: TENSOR_BOOL8 input bytes 0x2c, 0x80, 0xff, 0x02
+    (true, as any non-zero byte is) reached LiteRT raw, and LOGICAL_NOT answered true. The
+    request's booleans are now canonical before any driver sees them; on every path."""
+    data = bytes.fromhex("20a3293501060000042c80ff02") + bytes([path])
+    assert dec.decode_request(data).path == ("sync", "async", "fenced", "burst")[path]
+    TARGETS["execute"].make("litert")(data)

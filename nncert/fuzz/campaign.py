@@ -133,6 +133,7 @@ class Verdict:
     frames: list[str] = field(default_factory=list)  # innermost first
     signal: str | None = None
     detail: str = ""  # the child's output: traceback, faulthandler dump
+    test: str = ""  # the conformance test of the input's case (a Finding's)
 
     @property
     def found(self) -> bool:
@@ -155,7 +156,8 @@ def _one_input(target: Target, driver: str | None, data: bytes) -> dict[str, Any
         key = getattr(e, "key", None)
         message = next((line for line in str(e).splitlines() if line.strip()), "")
         if callable(key):  # a Finding: the oracle's own key
-            return {"kind": "FINDING", "key": str(key()), "message": message, "frames": frames}
+            return {"kind": "FINDING", "key": str(key()), "message": message, "frames": frames,
+                    "test": getattr(e, "test", "")}
         where = _frame_label(tb[-1].filename, tb[-1].name) if tb else ""
         return {"kind": "EXCEPTION", "key": f"EXCEPTION|{where}|{type(e).__name__}",
                 "message": f"{type(e).__name__}: {message}", "frames": frames}
@@ -273,6 +275,7 @@ class Campaign:
         self.journal = out / "findings.jsonl"
         self.journal.write_text("")
         self.findings: dict[str, dict[str, Any]] = {}  # key -> record
+        self._expectations: list[Any] | None = None  # the driver's, loaded at the first finding
         self.duplicates: dict[str, int] = {}
         self.seen = {p.name for p in self.artifacts_dir.iterdir()}  # a previous run's are left alone
         self.started = time.monotonic()
@@ -367,6 +370,21 @@ class Campaign:
             self._finding(path, kind)
         return len(new)
 
+    def _known(self, test: str) -> Any:
+        """The driver's expectation (expectations.toml) covering conformance test ``test``, or None:
+        a known discrepancy is still reported, marked as such."""
+        if not test or self.driver is None:
+            return None
+        if self._expectations is None:
+            from nncert.testing import expectations
+            try:
+                self._expectations = expectations.load(self.driver)
+            except (ValueError, OSError) as e:  # an unreadable file must not stop the campaign
+                self.progress(f"  (the expectations of {self.driver} cannot be read: {e})")
+                self._expectations = []
+            self._match = expectations.match
+        return self._match(self._expectations, test)
+
     def _replay_timeout(self) -> float:
         return 2.0 * self.config.timeout + 2.0
 
@@ -394,9 +412,13 @@ class Campaign:
             "target": self.target.name, "driver": self.driver, "dir": str(where),
             "size": len(data), "input_base64": base64.b64encode(data).decode(),
         }
+        known = self._known(verdict.test)
+        if known is not None:
+            record["known"] = {"test": verdict.test, "reason": known.reason, "source": str(known.source)}
         self.findings[verdict.key] = record
         self._journal(record)  # at once: a campaign killed during minimisation keeps it
-        self.progress(f"  new finding #{number} {verdict.key}: {verdict.message}")
+        note = f" [known: {verdict.test} is an expected failure of {self.driver}]" if known else ""
+        self.progress(f"  new finding #{number} {verdict.key}: {verdict.message}{note}")
         (where / "original").write_bytes(data)
         minimal = data
         if verdict.kind in ("FINDING", "EXCEPTION", "CRASH"):  # a HANG costs a timeout per attempt
@@ -488,7 +510,8 @@ class Campaign:
             "seed": self.config.seed, "seeds": self.n_seeds, **status,
             "findings_by_key": {key: {"count": 1 + self.duplicates.get(key, 0), "kind": r["kind"],
                                       "message": r["message"], "command": r.get("command"),
-                                      "dir": r["dir"]} for key, r in self.findings.items()},
+                                      "dir": r["dir"], "known": r.get("known")}
+                                for key, r in self.findings.items()},
         }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         return summary

@@ -16,6 +16,7 @@ the catalogue; bytes that name no case pick ``CASES[value % len(CASES)]``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -35,6 +36,7 @@ from nncert.hal.model import (
     Operation,
     Request,
     RequestArgument,
+    Subgraph,
     SymmPerChannelQuantParams,
 )
 from nncert.hal.types import (
@@ -46,6 +48,11 @@ from nncert.hal.types import (
 )
 from nncert.ops.base import ShapeError
 from nncert.testing.cases import VARIATIONS, case_id, enumerate_cases, sample_case
+from nncert.testing.harness import PATHS
+
+#: The most bytes a constant-value mutation writes (the operand's length may have been
+#: mutated to anything; beyond this the constant is cut short, which the validator refuses).
+MAX_CONSTANT_BYTES = 1 << 20
 
 #: Mutations per input at most (the count byte is taken modulo MAX_MUTATIONS + 1).
 MAX_MUTATIONS = 3
@@ -124,6 +131,18 @@ class CaseKey:
     @property
     def operation(self) -> str:
         return self.params[0].name
+
+    @property
+    def conformance_test(self) -> str:
+        """The pytest node id of the conformance test that runs this case and variation."""
+        return f"conformance/test_operations.py::{_VARIATION_TESTS[self.variation]}[{case_id(*self.params)}]"
+
+
+#: Which test of conformance/test_operations.py runs each variation.
+_VARIATION_TESTS = {"base": "test_operation", "relaxed": "test_operation_relaxed",
+                    "inputs_as_internal": "test_operation_inputs_as_internal",
+                    "all_tensors_as_inputs": "test_operation_all_tensors_as_inputs",
+                    "dynamic_output": "test_operation_dynamic_output_shape"}
 
 
 @dataclass
@@ -223,22 +242,42 @@ def _loc(loc: DataLocation) -> str:
     return f"({loc.pool_index}, {loc.offset}, {loc.length}, {loc.padding})"
 
 
-def decode_model(data: bytes) -> DecodedModel:
-    """A case's model with up to MAX_MUTATIONS mutations, as ``data`` says."""
+def decode_model(data: bytes, private: bool = True) -> DecodedModel:
+    """A case's model with up to MAX_MUTATIONS mutations, as ``data`` says.
+
+    The mutations copy on write: the decoded model's lists are its own, but an operand or
+    operation no mutation touched is the catalogue's seed model's object. ``private``
+    (the default) returns a deep copy besides, for code that may change the model (a
+    driver); ``private=False`` saves that copy for a reader such as the validator (the
+    validate_model target), which must then leave the model as it is.
+    """
     reader = ByteReader(data)
     case = seed_case(case_index(reader))
-    model = case.model.copy()
+    sg = case.model.main
+    model = dataclasses.replace(case.model, main=Subgraph(
+        list(sg.operands), list(sg.operations), list(sg.input_indexes), list(sg.output_indexes)))
     decoded = DecodedModel(case, model)
     for _ in range(reader.u8() % (MAX_MUTATIONS + 1)):
         kind = reader.pick(len(_MODEL_MUTATIONS))
         decoded.mutations.append(_MODEL_MUTATIONS[kind](decoded, reader))
+    if private:
+        decoded.model = decoded.model.copy()
     return decoded
 
 
+def _own_operand(sg: Subgraph, i: int) -> Operand:
+    """Operand ``i`` of ``sg``, replaced by a copy the decoded model may change."""
+    o = copy.copy(sg.operands[i])
+    o.location = copy.copy(o.location)
+    sg.operands[i] = o
+    return o
+
+
 def _operand(reader: ByteReader, model: Model) -> tuple[int, Operand | None]:
+    """An operand picked by ``reader``, the model's own to change."""
     ops = model.main.operands
     i = reader.pick(len(ops))
-    return i, (ops[i] if ops else None)
+    return i, (_own_operand(model.main, i) if ops else None)
 
 
 def _any_type(reader: ByteReader) -> OperandType | int:
@@ -323,8 +362,8 @@ def _constant_value(d: DecodedModel, r: ByteReader) -> str:
     if not consts:
         return "constant value: no constant"
     k = consts[r.pick(len(consts))]
-    o = sg.operands[k]
-    n = max(0, o.location.length)
+    o = _own_operand(sg, k)
+    n = min(max(0, o.location.length), MAX_CONSTANT_BYTES)  # a mutated length: not 700 MB of copies
     if n <= 8 and r.u8() & 1:  # a scalar parameter: an edge value (axis, activation, stride...)
         raw = (r.integer() & (2**64 - 1)).to_bytes(8, "little")[:n]
         if o.type in (OperandType.FLOAT32, OperandType.FLOAT16) and n in (2, 4):
@@ -345,9 +384,13 @@ def _clip_float(x: float, n: int) -> float:
 
 
 def _operation(r: ByteReader, model: Model) -> tuple[int, Operation | None]:
+    """An operation picked by ``r``, the model's own to change (a copy of the seed's)."""
     ops = model.main.operations
     n = r.pick(len(ops))
-    return n, (ops[n] if ops else None)
+    if not ops:
+        return n, None
+    op = ops[n] = Operation(ops[n].type, list(ops[n].inputs), list(ops[n].outputs))
+    return n, op
 
 
 def _operation_type(d: DecodedModel, r: ByteReader) -> str:
@@ -429,8 +472,7 @@ def _remove_operand(d: DecodedModel, r: ByteReader) -> str:
     def fix(lst: list[int]) -> list[int]:
         return [k - 1 if isinstance(k, int) and k > index else k for k in lst if k != index]
 
-    for op in sg.operations:
-        op.inputs, op.outputs = fix(op.inputs), fix(op.outputs)
+    sg.operations = [Operation(op.type, fix(op.inputs), fix(op.outputs)) for op in sg.operations]
     sg.input_indexes, sg.output_indexes = fix(sg.input_indexes), fix(sg.output_indexes)
     return f"removed operand {index}"
 
@@ -495,9 +537,11 @@ class DecodedRequest:
     case: SeedCase
     request: Request
     mutations: list[str] = field(default_factory=list)
+    path: str = "sync"  # the execution path (EXE-1) the execute target takes
 
     def describe(self) -> str:
-        lines = [f"case {self.case.key.id}; request mutations: {'; '.join(self.mutations) or 'none'}"]
+        lines = [f"case {self.case.key.id}; request mutations: {'; '.join(self.mutations) or 'none'}; "
+                 f"path {self.path}"]
         for what, args in (("input", self.request.inputs), ("output", self.request.outputs)):
             for i, a in enumerate(args):
                 lines.append(f"  {what} {i}: no_value={a.has_no_value} loc={_loc(a.location)} "
@@ -509,7 +553,8 @@ class DecodedRequest:
 
 def decode_request(data: bytes) -> DecodedRequest:
     """A valid request for a case's (valid) model, with up to MAX_MUTATIONS mutations of its
-    arguments, pools and input bytes."""
+    arguments, pools and input bytes, and the execution path from the byte after them
+    (none left: the synchronous path, so that the seeds take it)."""
     reader = ByteReader(data)
     case = seed_case(case_index(reader))
     model = case.model
@@ -518,6 +563,7 @@ def decode_request(data: bytes) -> DecodedRequest:
     for _ in range(reader.u8() % (MAX_MUTATIONS + 1)):
         kind = reader.pick(len(_REQUEST_MUTATIONS))
         decoded.mutations.append(_REQUEST_MUTATIONS[kind](request, reader))
+    decoded.path = PATHS[reader.u8() % len(PATHS)]
     return decoded
 
 
