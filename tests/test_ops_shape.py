@@ -185,7 +185,7 @@ def test_an_output_too_large_fails_before_the_kernel_allocates_it():
     assert run_model(model, [x_value, np.array([[0, 0], [0, 3]], np.int32)])[0].shape == (1, 5)
     with pytest.raises(HalError) as e:
         run_model(model, [x_value, np.array([[0, 0], [0, MAX_OUTPUT_ELEMENTS]], np.int32)])
-    assert e.value.status is ErrorStatus.GENERAL_FAILURE and "67,108,866 elements" in e.value.message
+    assert e.value.status is ErrorStatus.GENERAL_FAILURE and "16,777,218 elements" in e.value.message
 
 
 def test_pad_v2_float_value():

@@ -41,11 +41,11 @@ class ShapeError(Exception):
     """Parameters or shapes that make an operation invalid."""
 
 
-#: The most elements an operation's output may have in the reference kernels (64 Mi; the
+#: The most elements an operation's output may have in the reference kernels (16 Mi; the
 #: largest tensor of a real model here has under a million). Run-time values (a padding, a
 #: shape, a multiple given as a model input) can ask for far more, and numpy would try to
 #: allocate it: such an execution fails (GENERAL_FAILURE) before the kernel runs.
-MAX_OUTPUT_ELEMENTS = 1 << 26
+MAX_OUTPUT_ELEMENTS = 1 << 24
 
 
 class TooLarge(Exception):  # noqa: N818 - named as what it reports
