@@ -256,7 +256,9 @@ def _specified_range(model: Model, inputs: list[np.ndarray | None]) -> bool:
     huge int32 bias added to a quantised convolution's accumulator) is the implementation's
     choice, and the outputs are not compared; the statuses still are."""
     for x in inputs:
-        if x is None or not x.size or x.dtype.kind not in "fi" or (x.dtype.kind == "i" and x.dtype.itemsize < 4):
+        if x is None or not x.size or x.dtype.kind not in "fi":
+            continue
+        if x.dtype.kind == "i" and x.dtype.itemsize < 4:  # 8-bit quantised values cannot overflow
             continue
         if x.dtype.kind == "i":
             limit = _SQRT_INT32_MAX

@@ -133,7 +133,10 @@ class Model:
             return None
         dtype = dtype_of(operand.type)
         # TENSOR_BOOL8: any non-zero byte is true; kernels and exporters get canonical 0 / 1.
-        arr = np.frombuffer(data, dtype=np.uint8) != 0 if dtype == np.bool_ else np.frombuffer(data, dtype=dtype)
+        if dtype == np.bool_:
+            arr = np.frombuffer(data, dtype=np.uint8) != 0
+        else:
+            arr = np.frombuffer(data, dtype=dtype)
         return arr.reshape(operand.dimensions) if operand.type.is_tensor else arr.reshape(())
 
     def copy(self) -> Model:
