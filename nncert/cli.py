@@ -115,11 +115,149 @@ def _cmd_mlts_stress(args: argparse.Namespace) -> int:
     return 0 if (summary["kind"] == "SUCCESS").all() else 1
 
 
+def _mlts_config(args: argparse.Namespace):
+    from nncert.mlts.run import RunConfig
+    from nncert.mlts.zoo import ZooError, select, zoo_dir
+
+    try:
+        entries = select(args.models)
+        config = RunConfig(args.limit, args.warmup, args.runs, not args.no_cache_timing) \
+            if hasattr(args, "runs") else None
+    except (ZooError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    return entries, config, zoo_dir(args.zoo_dir)
+
+
+def _cmd_mlts_build(args: argparse.Namespace) -> int:
+    from nncert.mlts.zoo import ZooError, load
+
+    entries, _, directory = _mlts_config(args)
+    failed = 0
+    for entry in entries:
+        try:
+            built = load(entry, directory, lambda line: print(line, file=sys.stderr, flush=True))
+        except ZooError as e:
+            print(f"ERROR {entry.name}: {e}")
+            failed += 1
+            continue
+        main = built.model.main
+        print(f"{entry.name}: {len(main.operations)} operations, {len(built.tflite):,} bytes of .tflite "
+              f"(built in {built.info.get('build_s', '?')} s)")
+    print(f"zoo: {directory}")
+    return 1 if failed else 0
+
+
+def _cmd_mlts_list(args: argparse.Namespace) -> int:
+    from nncert.mlts.zoo import ZOO
+
+    for entry in ZOO.values():
+        kind = "quantised" if entry.quantised else "float"
+        print(f"{entry.name:26s} {entry.task:15s} {kind:9s} {entry.description}")
+        print(f"{'':26s} from {entry.source}")
+    return 0
+
+
+def _cmd_mlts_run(args: argparse.Namespace) -> int:
+    import datetime
+
+    from tqdm import tqdm
+
+    from nncert.drivers import load_driver
+    from nncert.mlts import report
+    from nncert.mlts.run import ModelResult, apply_expectations, evaluate
+    from nncert.mlts.zoo import MISSING_MODELS, ZooError, load
+    from nncert.testing.expectations import ExpectationsError
+    from nncert.testing.expectations import load as load_expectations
+
+    entries, config, directory = _mlts_config(args)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
+    driver = load_driver(args.driver)
+    try:
+        expectations = load_expectations(args.driver, args.expectations or ())
+    except ExpectationsError as e:
+        driver.close()
+        raise UsageError(str(e)) from None
+    results: list[ModelResult] = []
+    notes = list(MISSING_MODELS)
+    try:
+        prepared_entries = []
+        for entry in entries:  # build first: the progress bar then counts samples only
+            try:
+                built = load(entry, directory, lambda line: print(line, file=sys.stderr, flush=True))
+                prepared_entries.append((entry, built, entry.samples(config.limit)))
+            except ZooError as e:
+                result = ModelResult(entry, args.driver)
+                result.fail(str(e), "ERROR")
+                results.append(result)
+        total = sum(len(samples) for _, _, samples in prepared_entries)
+        with tqdm(total=total, unit="sample", file=sys.stderr, disable=args.quiet) as bar:
+            for entry, built, samples in prepared_entries:
+                bar.set_description(entry.name)
+                results.append(evaluate(entry, built, driver, args.driver, samples, config,
+                                        lambda: bar.update(1)))
+        meta = {"driver": args.driver, "driver_version": driver.version_string(),
+                "baseline": _baseline_label(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "limit": config.limit, "warmup": config.warmup, "runs": config.runs, "notes": notes}
+    finally:
+        driver.close()
+    apply_expectations(results, expectations)
+    paths = report.write(results, out, meta)
+    summary = report.tables(results)["summary"]
+    columns = [c for c in ("model", "status", "samples", "top1", "baseline_top1", "agreement", "p50_ms",
+                           "baseline_p50_ms") if c in summary.columns]
+    print(summary[columns].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    for r in results:
+        for reason in r.reasons:
+            print(f"{r.status} {r.entry.name}: {reason}")
+    print(f"report: {paths['html']}; tables: {out}/{{summary,errors,latency,compilation}}.{{csv,json}}")
+    return 0 if all(r.status in ("PASS", "UNSUPPORTED", "XFAIL") for r in results) else 1
+
+
+def _baseline_label() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"LiteRT CPU (ai-edge-litert {version('ai-edge-litert')}, XNNPACK, 1 thread)"
+    except PackageNotFoundError:
+        return "LiteRT CPU"
+
+
 def _add_mlts(sub: argparse._SubParsersAction) -> None:
     from nncert.mlts.stress import MODES
 
-    mlts = sub.add_parser("mlts", help="the ML test suite: stress and crash tests (MLTS-2)")
-    suites = mlts.add_subparsers(dest="suite", required=True)
+    mlts = sub.add_parser("mlts", help="the ML test suite: real models against the LiteRT CPU baseline "
+                          "(MLTS-1), `mlts build`, `mlts list`, and `mlts stress` (MLTS-2)",
+                          description="Run the zoo's real models on real data through --driver and through "
+                          "the LiteRT CPU baseline: accuracy (labels, agreement, per-output errors, ACC-2), "
+                          "latency and compilation time; tables (CSV, JSON) and report.html in --out. Exit "
+                          "status 1 when a model fails or cannot run (a model whose operations the driver "
+                          "declines is UNSUPPORTED, not a failure).")
+    _mlts_model_args(mlts)
+    mlts.add_argument("--driver", default="reference", metavar="SPEC",
+                      help="driver under test (default: reference)")
+    mlts.add_argument("--out", default="mlts-out", metavar="DIR",
+                      help="where the report goes (default: mlts-out)")
+    mlts.add_argument("--limit", type=int, metavar="N",
+                      help="samples per model (default: the whole data set)")
+    mlts.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed runs first (default: 5)")
+    mlts.add_argument("--runs", type=int, default=30, metavar="N", help="timed runs per model (default: 30)")
+    mlts.add_argument("--no-cache-timing", action="store_true",
+                      help="do not time the compilation with the compilation cache")
+    mlts.add_argument("--quiet", action="store_true", help="no progress bar")
+    mlts.add_argument("--expectations", action="append", metavar="FILE",
+                      help="more expectations files (strict xfails, test ids mlts::MODEL), besides "
+                           "the driver's own; repeatable")
+    mlts.set_defaults(func=_cmd_mlts_run)
+    suites = mlts.add_subparsers(dest="suite")
+    p = suites.add_parser("build", help="build the zoo's models into the zoo directory (cached)")
+    _mlts_model_args(p)
+    p.set_defaults(func=_cmd_mlts_build)
+    p = suites.add_parser("list", help="list the zoo's models")
+    p.set_defaults(func=_cmd_mlts_list)
     p = suites.add_parser("stress", help="run the stress / crash modes against a driver, each case "
                           "isolated and classified SUCCESS / FAILURE / HANG / CRASH",
                           formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -410,6 +548,12 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="longer than this is a HANG (default: 30)")
     p.set_defaults(func=_cmd_fuzz_replay)
+
+
+def _mlts_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", metavar="A,B",
+                   help="comma-separated zoo models (default: all; see `mlts list`)")
+    p.add_argument("--zoo-dir", metavar="DIR", help="where built models are cached (default: STATE/mlts-zoo)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,72 @@
+"""MLTS models: a driver's inference latency against LiteRT's own, in one process.
+
+Two ratios per model (median latency over ``--runs`` after ``--warmup``, on one real input):
+
+- ``reference / LiteRT``: nncert's numpy reference driver against the LiteRT interpreter
+  (XNNPACK, one thread) on the same .tflite (aim: 10x or less on EfficientNet-Lite0);
+- ``litert driver / raw invoke``: the nncert litert driver through the HAL
+  (execute_synchronously on a request built once: input copy, validation, output copy)
+  against ``set_tensor`` + ``invoke`` + ``get_tensor`` on the raw interpreter (aim: 1.05x or
+  less).
+
+    python benchmarks/bench_mlts.py [--models efficientnet_lite0,...] [--runs 20] [--warmup 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+
+from nncert.drivers import load_driver
+from nncert.mlts.run import Baseline, OnDriver
+from nncert.mlts.zoo import load, select, to_input, zoo_dir
+
+
+def median_ms(fn, warmup: int, runs: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="efficientnet_lite0,efficientnet_lite0_int8,face_landmark,"
+                                            "oww_embedding")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reference-runs", type=int, default=3, help="runs of the (slow) reference")
+    args = parser.parse_args()
+    drivers = {name: load_driver(name) for name in ("reference", "litert")}
+    print(f"{'model':26s} {'LiteRT ms':>10s} {'litert drv':>10s} {'ratio':>6s} {'reference':>10s} "
+          f"{'ratio':>7s}")
+    for entry in select(args.models):
+        if entry.streaming:
+            continue  # state inputs: not a single-input figure
+        built = load(entry, zoo_dir())
+        main_sg = built.model.main
+        in_ops = [main_sg.operands[i] for i in main_sg.input_indexes]
+        sample = entry.samples(1)[0]
+        inputs = [to_input(x, o) for x, o in zip(sample.inputs, in_ops, strict=True)]
+        raw = Baseline(built.tflite, [o.dimensions for o in in_ops])
+        figures = {"raw": median_ms(functools.partial(raw.run, inputs), args.warmup, args.runs)}
+        for name, driver in drivers.items():
+            ours = OnDriver(driver.prepare_model(built.model), built)
+            run = functools.partial(ours.execute, ours.request(inputs))
+            if name == "reference":
+                figures[name] = median_ms(run, 1, args.reference_runs)
+            else:
+                figures[name] = median_ms(run, args.warmup, args.runs)
+        print(f"{entry.name:26s} {figures['raw']:10.3f} {figures['litert']:10.3f} "
+              f"{figures['litert'] / figures['raw']:6.3f} {figures['reference']:10.1f} "
+              f"{figures['reference'] / figures['raw']:7.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""MLTS results as tables (pandas; CSV and JSON) and an HTML page (MLTS-3): per model the
+verdict, accuracy against labels and the baseline with same / better / worse marks, the
+per-output errors, latency and compilation time, and latency plots."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from nncert.mlts.accuracy import ACCURACY_MARGIN, mark
+from nncert.mlts.run import ModelResult
+
+#: Latency within this fraction of the baseline's is "same".
+LATENCY_MARGIN = 0.10
+
+
+def tables(results: Sequence[ModelResult]) -> dict[str, pd.DataFrame]:
+    summary, errors, latency, compile_rows = [], [], [], []
+    for r in results:
+        c = r.classes
+        row = {"model": r.entry.name, "driver": r.driver, "status": r.status, "samples": r.samples,
+               "quantised": r.entry.quantised, "task": r.entry.task}
+        if c is not None:
+            for k, table in (("top1", c.top1), ("top5", c.top5)):
+                d, b = c.rate(table, "driver"), c.rate(table, "baseline")
+                row.update({f"{k}": d, f"baseline_{k}": b, f"{k}_mark": mark(d, b, ACCURACY_MARGIN)})
+            row["agreement"] = c.agreement
+        lat = r.latency
+        if lat:
+            d, b = lat["driver"]["p50_ms"], lat["baseline"]["p50_ms"]
+            row.update({"p50_ms": d, "baseline_p50_ms": b, "latency_ratio": d / b if b else None,
+                        "latency_mark": mark(d, b, LATENCY_MARGIN * b, higher_is_better=False)})
+        row["reason"] = "; ".join(r.reasons)
+        summary.append(row)
+        for s in r.outputs:
+            errors.append({"model": r.entry.name, "driver": r.driver, **s.row(),
+                           "verdict": s.failure() or "pass"})
+        for who, stats in lat.items():
+            latency.append({"model": r.entry.name, "driver": r.driver, "runtime": who, **stats})
+        if r.compile_ms:
+            compile_rows.append({"model": r.entry.name, "driver": r.driver, **r.compile_ms})
+    return {"summary": pd.DataFrame(summary), "errors": pd.DataFrame(errors),
+            "latency": pd.DataFrame(latency), "compilation": pd.DataFrame(compile_rows)}
+
+
+def write(results: Sequence[ModelResult], out: Path, meta: dict) -> dict[str, Path]:
+    """CSV and JSON per table, ``report.html`` and ``meta.json`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    frames = tables(results)
+    paths: dict[str, Path] = {}
+    for name, df in frames.items():
+        df.to_csv(out / f"{name}.csv", index=False)
+        df.to_json(out / f"{name}.json", orient="records", indent=1)
+        paths[name] = out / f"{name}.csv"
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    paths["html"] = out / "report.html"
+    paths["html"].write_text(render(frames, meta))
+    return paths
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th { background: #f0f0f0; }
+td.PASS, td.better, td.same { background: #e3f4e3; }
+td.FAIL, td.ERROR, td.worse { background: #f8dcdc; }
+td.UNSUPPORTED, td.XFAIL { background: #f4f0d8; }
+td.XPASS { background: #f8dcdc; }
+.note { color: #555; font-size: 0.9em; max-width: 60em; }
+"""
+
+
+def _cell(column: str, value: object) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "<td></td>"
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    marked = column in ("status", "verdict") or column.endswith("_mark")
+    cls = f' class="{html.escape(text)}"' if marked else ""
+    return f"<td{cls}>{html.escape(text)}</td>"
+
+
+def _table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "<p class='note'>(nothing)</p>"
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(_cell(str(c), v) for c, v in zip(df.columns, row, strict=True)) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _latency_plot(latency: pd.DataFrame) -> str:
+    """A bar chart of p50 latency (p90 as the error bar) per model, driver beside baseline, as
+    an inline PNG; empty when matplotlib is missing."""
+    if latency.empty:
+        return ""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "<p class='note'>(no latency plot: matplotlib is not installed)</p>"
+    models = list(dict.fromkeys(latency["model"]))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(models)), 4))
+    width = 0.38
+    for k, who in enumerate(("driver", "baseline")):
+        part = latency[latency["runtime"] == who].set_index("model").reindex(models)
+        xs = [i + (k - 0.5) * width for i in range(len(models))]
+        upper = (part["p90_ms"] - part["p50_ms"]).clip(lower=0)
+        ax.bar(xs, part["p50_ms"], width, yerr=[[0] * len(models), upper], label=f"{who} (p50, bar to p90)",
+               capsize=3)
+    ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    png = base64.b64encode(buf.getvalue()).decode()
+    return f'<img alt="latency per model" src="data:image/png;base64,{png}">'
+
+
+def render(frames: dict[str, pd.DataFrame], meta: dict) -> str:
+    summary = frames["summary"]
+    passed = int((summary["status"] == "PASS").sum()) if not summary.empty else 0
+    title = f"nncert MLTS: {html.escape(str(meta.get('driver')))} against the LiteRT CPU baseline"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in meta.get("notes", []))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head><body>
+<h1>{title}</h1>
+<p>{passed} of {len(summary)} models pass. Driver {html.escape(str(meta.get('driver_version', '')))};
+baseline {html.escape(str(meta.get('baseline', '')))}; {html.escape(str(meta.get('date', '')))}.</p>
+<p class="note">A model passes when every quantised output is within its ACC-2 allowance of the baseline
+on every element, every float output meets the ACC-5 large-graph criterion, and a classifier's top-1 /
+top-5 accuracy is not below the baseline's by more than {ACCURACY_MARGIN:g} (its top-1 agreement with
+the baseline is reported, not judged). XFAIL: a failure the driver's expectations file lists, with its
+reason; XPASS: a listed failure that did not happen (the entry is stale: a failure). Marks compare the
+driver with the baseline: accuracy within {ACCURACY_MARGIN:g} and latency within {LATENCY_MARGIN:.0%}
+are "same".</p>
+<h2>Summary</h2>{_table(summary)}
+<h2>Latency</h2>{_latency_plot(frames['latency'])}{_table(frames['latency'])}
+<h2>Compilation (ms)</h2>{_table(frames['compilation'])}
+<h2>Errors against the baseline, per output</h2>{_table(frames['errors'])}
+<h2>Notes</h2><ul>{notes}</ul>
+</body></html>
+"""
+
+
+__all__ = ["LATENCY_MARGIN", "render", "tables", "write"]
