@@ -9,7 +9,7 @@ Two ratios per model (median latency over ``--runs`` after ``--warmup``, on one 
   against ``set_tensor`` + ``invoke`` + ``get_tensor`` on the raw interpreter (aim: 1.05x or
   less).
 
-    python benchmarks/bench_mlts.py [--models efficientnet_lite0,...] [--runs 20] [--warmup 3]
+    python benchmarks/bench_mlts.py [--models A,B] [--runs 50] [--warmup 10] [--zoo-dir DIR]
 """
 
 from __future__ import annotations
@@ -17,31 +17,24 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import time
 
 from nncert.drivers import load_driver
-from nncert.mlts.run import Baseline, OnDriver
+from nncert.mlts.run import Baseline, OnDriver, timed
 from nncert.mlts.zoo import load, select, to_input, zoo_dir
 
 
 def median_ms(fn, warmup: int, runs: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return statistics.median(timed(fn, warmup, runs)) * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="efficientnet_lite0,efficientnet_lite0_int8,face_landmark,"
                                             "oww_embedding")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reference-runs", type=int, default=3, help="runs of the (slow) reference")
+    parser.add_argument("--zoo-dir", help="where the zoo is built (default: nncert's)")
     args = parser.parse_args()
     drivers = {name: load_driver(name) for name in ("reference", "litert")}
     print(f"{'model':26s} {'LiteRT ms':>10s} {'litert drv':>10s} {'ratio':>6s} {'reference':>10s} "
@@ -49,7 +42,7 @@ def main() -> None:
     for entry in select(args.models):
         if entry.streaming:
             continue  # state inputs: not a single-input figure
-        built = load(entry, zoo_dir())
+        built = load(entry, zoo_dir(args.zoo_dir))
         main_sg = built.model.main
         in_ops = [main_sg.operands[i] for i in main_sg.input_indexes]
         sample = entry.samples(1)[0]

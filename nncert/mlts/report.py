@@ -67,7 +67,10 @@ def write(results: Sequence[ModelResult], out: Path, meta: dict) -> dict[str, Pa
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; vertical-align: top; }
+td:first-child { text-align: left; }
+img { max-width: 100%; }
+li { margin: 0.3em 0; max-width: 70em; }
 th { background: #f0f0f0; }
 td.PASS, td.better, td.same { background: #e3f4e3; }
 td.FAIL, td.ERROR, td.worse { background: #f8dcdc; }
@@ -92,6 +95,7 @@ def _cell(column: str, value: object) -> str:
 def _table(df: pd.DataFrame) -> str:
     if df.empty:
         return "<p class='note'>(nothing)</p>"
+    df = df.drop(columns=["driver"], errors="ignore")  # the page's title names it
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(_cell(str(c), v) for c, v in zip(df.columns, row, strict=True)) + "</tr>"
                    for row in df.itertuples(index=False))
@@ -111,18 +115,20 @@ def _latency_plot(latency: pd.DataFrame) -> str:
     except ImportError:
         return "<p class='note'>(no latency plot: matplotlib is not installed)</p>"
     models = list(dict.fromkeys(latency["model"]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(models)), 4))
-    width = 0.38
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.38 * len(models)))  # one row per model
+    height = 0.4
     for k, who in enumerate(("driver", "baseline")):
         part = latency[latency["runtime"] == who].set_index("model").reindex(models)
-        xs = [i + (k - 0.5) * width for i in range(len(models))]
+        ys = [i + (k - 0.5) * height for i in range(len(models))]
         upper = (part["p90_ms"] - part["p50_ms"]).clip(lower=0)
-        ax.bar(xs, part["p50_ms"], width, yerr=[[0] * len(models), upper], label=f"{who} (p50, bar to p90)",
-               capsize=3)
-    ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
-    ax.set_ylabel("latency (ms)")
-    ax.set_yscale("log")
-    ax.legend()
+        ax.barh(ys, part["p50_ms"], height, xerr=[[0] * len(models), upper],
+                label=f"{who} (p50, whisker to p90)", capsize=2)
+    ax.set_yticks(range(len(models)), models)
+    ax.invert_yaxis()
+    ax.set_xlabel("latency (ms, log scale)")
+    ax.set_xscale("log")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -131,15 +137,27 @@ def _latency_plot(latency: pd.DataFrame) -> str:
     return f'<img alt="latency per model" src="data:image/png;base64,{png}">'
 
 
+def _reasons(summary: pd.DataFrame) -> str:
+    """One item per model with something to say (a failure, an expected one, a decline)."""
+    if summary.empty or "reason" not in summary.columns:
+        return ""
+    esc = html.escape
+    items = [f"<li><b>{esc(str(r.model))}</b> ({esc(str(r.status))}): {esc(str(r.reason))}</li>"
+             for r in summary.itertuples(index=False) if isinstance(r.reason, str) and r.reason]
+    return "".join(items) or "<li>every model passes, nothing to explain</li>"
+
+
 def render(frames: dict[str, pd.DataFrame], meta: dict) -> str:
     summary = frames["summary"]
-    passed = int((summary["status"] == "PASS").sum()) if not summary.empty else 0
+    counts = summary["status"].value_counts().to_dict() if not summary.empty else {}
+    tally = ", ".join(f"{counts[s]} {s}" for s in ("PASS", "FAIL", "ERROR", "XFAIL", "XPASS", "UNSUPPORTED")
+                      if counts.get(s))
     title = f"nncert MLTS: {html.escape(str(meta.get('driver')))} against the LiteRT CPU baseline"
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in meta.get("notes", []))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head><body>
 <h1>{title}</h1>
-<p>{passed} of {len(summary)} models pass. Driver {html.escape(str(meta.get('driver_version', '')))};
+<p>{len(summary)} models: {tally or "none"}. Driver {html.escape(str(meta.get('driver_version', '')))};
 baseline {html.escape(str(meta.get('baseline', '')))}; {html.escape(str(meta.get('date', '')))}.</p>
 <p class="note">A model passes when every quantised output is within its ACC-2 allowance of the baseline
 on every element, every float output meets the ACC-5 large-graph criterion, and a classifier's top-1 /
@@ -148,7 +166,8 @@ the baseline is reported, not judged). XFAIL: a failure the driver's expectation
 reason; XPASS: a listed failure that did not happen (the entry is stale: a failure). Marks compare the
 driver with the baseline: accuracy within {ACCURACY_MARGIN:g} and latency within {LATENCY_MARGIN:.0%}
 are "same".</p>
-<h2>Summary</h2>{_table(summary)}
+<h2>Summary</h2>{_table(summary.drop(columns=["reason"], errors="ignore"))}
+<h2>Why</h2><ul>{_reasons(summary)}</ul>
 <h2>Latency</h2>{_latency_plot(frames['latency'])}{_table(frames['latency'])}
 <h2>Compilation (ms)</h2>{_table(frames['compilation'])}
 <h2>Errors against the baseline, per output</h2>{_table(frames['errors'])}

@@ -138,7 +138,8 @@ def latency_stats(times_s: list[float]) -> dict[str, float]:
             "runs": len(ms)}
 
 
-def _timed(fn: Callable[[], object], warmup: int, runs: int) -> list[float]:
+def timed(fn: Callable[[], object], warmup: int, runs: int) -> list[float]:
+    """Seconds of each of ``runs`` calls of ``fn``, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -258,13 +259,13 @@ def evaluate(entry: ZooModel, built: Built, driver: Driver, driver_name: str, sa
             result.fail(problem)
     if first is not None:  # the request is built once, as an app reusing its buffers does
         request = ours.request(first)
-        result.latency["driver"] = latency_stats(_timed(lambda: ours.execute(request), config.warmup,
+        result.latency["driver"] = latency_stats(timed(lambda: ours.execute(request), config.warmup,
                                                         config.runs))
         base_inputs = first[:len(baseline.inputs)]
-        result.latency["baseline"] = latency_stats(_timed(lambda: baseline.run(base_inputs), config.warmup,
+        result.latency["baseline"] = latency_stats(timed(lambda: baseline.run(base_inputs), config.warmup,
                                                           config.runs))
     return result
 
 
 __all__ = ["Baseline", "ModelResult", "OnDriver", "RunConfig", "baseline_interpreter", "evaluate",
-           "latency_stats"]
+           "latency_stats", "timed"]
