@@ -3,7 +3,9 @@
 Two ratios per model (median latency over ``--runs`` after ``--warmup``, on one real input):
 
 - ``reference / LiteRT``: nncert's numpy reference driver against the LiteRT interpreter
-  (XNNPACK, one thread) on the same .tflite (aim: 10x or less on EfficientNet-Lite0);
+  (XNNPACK, one thread) on the same .tflite (aim: 10x or less on EfficientNet-Lite0). numpy's
+  BLAS is held to one thread too (threadpoolctl): the same resources, and no oversubscribed
+  BLAS threads, which on a busy 2-core host made the reference 5x slower;
 - ``litert driver / raw invoke``: the nncert litert driver through the HAL
   (execute_synchronously on a request built once: input copy, validation, output copy)
   against ``set_tensor`` + ``invoke`` + ``get_tensor`` on the raw interpreter (aim: 1.05x or
@@ -36,6 +38,9 @@ def main() -> None:
     parser.add_argument("--reference-runs", type=int, default=3, help="runs of the (slow) reference")
     parser.add_argument("--zoo-dir", help="where the zoo is built (default: nncert's)")
     args = parser.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
     drivers = {name: load_driver(name) for name in ("reference", "litert")}
     print(f"{'model':26s} {'LiteRT ms':>10s} {'litert drv':>10s} {'ratio':>6s} {'reference':>10s} "
           f"{'ratio':>7s}")

@@ -208,7 +208,10 @@ def _conv_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 def _conv_kernel(ctx: OpContext) -> list[np.ndarray]:
     x, f = ctx.value("input"), ctx.value("filter")
     win = read_window(ctx, f.shape[1], f.shape[2], x.shape[1], x.shape[2])
-    p = gather(x, win)
+    if f.shape[1:3] == (1, 1) and not any(win.pad_h + win.pad_w):  # pointwise: no window to gather
+        p = np.asarray(x, np.float64)[:, ::win.stride[0], ::win.stride[1], :]
+    else:
+        p = gather(x, win)
     n, oh, ow = p.shape[:3]
     out = p.reshape(n * oh * ow, -1) @ f.reshape(f.shape[0], -1).T
     return [out.reshape(n, oh, ow, f.shape[0]) + _real_bias(ctx)]
@@ -250,7 +253,7 @@ def _depthwise_kernel(ctx: OpContext) -> list[np.ndarray]:
     x, f = ctx.value("input"), ctx.value("filter")
     c = x.shape[3]
     win = read_window(ctx, f.shape[1], f.shape[2], x.shape[1], x.shape[2])
-    p = gather(x, win)  # n oh ow fh fw c
+    p = gather(x, win)  # n oh ow fh fw c (a view)
     w4 = f.reshape(f.shape[1], f.shape[2], c, -1)  # output channel k * multiplier + q
     out = np.einsum("nhwijc,ijcm->nhwcm", p, w4)
     return [out.reshape(*out.shape[:3], -1) + _real_bias(ctx)]

@@ -67,13 +67,16 @@ def current_budget() -> ExecutionBudget:
 
 def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
                  after: AfterOperation | None = None,
-                 budget: ExecutionBudget | None = None) -> list[np.ndarray]:
+                 budget: ExecutionBudget | None = None,
+                 constants: Constants | None = None) -> list[np.ndarray]:
     """Execute ``subgraph`` on ``inputs`` (raw arrays, one per subgraph input) and return the
     raw output arrays. Shapes unknown in the model are taken from the actual values (EXE-4).
     ``after`` sees (and may replace) each operation's results: the mutants' hook; it sees the
     operations inside IF / WHILE subgraphs too (not the IF / WHILE itself). ``budget``
     (default: the current one) bounds the run: its deadline is checked before each
-    operation, its loop timeout bounds each WHILE (EXE-9, EXE-10).
+    operation, its loop timeout bounds each WHILE (EXE-9, EXE-10). ``constants``: a cache of
+    the model's constant arrays (read-only), kept by a caller that runs the same model again
+    (a prepared model), so that they are read from the pools once.
 
     Raises HalError: INVALID_ARGUMENT for an operation the catalogue rejects at run time
     (e.g. incompatible dynamic shapes), GENERAL_FAILURE for an operation it lacks,
@@ -87,7 +90,7 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
         values[idx] = None if value is None else np.asarray(value)
     for idx, operand in enumerate(subgraph.operands):
         if operand.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
-            values[idx] = model.constant_value(operand)
+            values[idx] = _constant(model, subgraph, idx, operand, constants)
     for n, op in enumerate(subgraph.operations):
         if deadline is not None and time.monotonic_ns() >= deadline:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
@@ -102,7 +105,7 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
 
             def run_branch(m: Model, sg: Subgraph, xs: Sequence[np.ndarray],
                            b: ExecutionBudget) -> list[np.ndarray]:
-                return run_subgraph(m, sg, xs, after, b)
+                return run_subgraph(m, sg, xs, after, b, constants)
 
             outs = runner(model, subgraph, op, values, run_branch, budget)
         else:
@@ -133,9 +136,27 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
 
 
 def run_model(model: Model, inputs: Sequence[np.ndarray], after: AfterOperation | None = None,
-              budget: ExecutionBudget | None = None) -> list[np.ndarray]:
-    """Execute the main subgraph; ``budget`` defaults to the current one (execution_budget)."""
-    return run_subgraph(model, model.main, inputs, after, budget)
+              budget: ExecutionBudget | None = None, constants: Constants | None = None) -> list[np.ndarray]:
+    """Execute the main subgraph; ``budget`` defaults to the current one (execution_budget);
+    ``constants`` as for run_subgraph."""
+    return run_subgraph(model, model.main, inputs, after, budget, constants)
+
+
+#: (id of the subgraph, operand index) -> the constant's array.
+Constants = dict[tuple[int, int], np.ndarray]
+
+
+def _constant(model: Model, subgraph: Subgraph, idx: int, operand: Operand,
+              cache: Constants | None) -> np.ndarray | None:
+    if cache is None:
+        return model.constant_value(operand)
+    key = (id(subgraph), idx)
+    value = cache.get(key)
+    if value is None:
+        value = model.constant_value(operand)
+        value.flags.writeable = False  # shared by every execution: a kernel must not write it
+        cache[key] = value
+    return value
 
 
 def _with_actual_shape(operand: Operand, value: np.ndarray) -> Operand:

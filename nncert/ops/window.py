@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from nncert.ops.base import OpContext, SampleContext, ShapeError
 
@@ -130,13 +131,17 @@ def _taps(win: Window, in_h: int, in_w: int) -> tuple[np.ndarray, np.ndarray]:
 
 def gather(x: np.ndarray, win: Window, fill: float = 0.0) -> np.ndarray:
     """The input windows of every output position: [N, H, W, C] -> [N, OH, OW, FH, FW, C],
-    padded positions holding ``fill``."""
+    padded positions holding ``fill``. A read-only strided view of the padded input (float64),
+    not a copy: reduce it or reshape it (which copies once)."""
     n, h, w, c = x.shape
-    rows, cols = _taps(win, h, w)
+    out_h, out_w = win.out_size(h, w)
     (top, bottom), (left, right) = win.pad_h, win.pad_w
     padded = np.full((n, h + top + bottom, w + left + right, c), fill, dtype=np.float64)
     padded[:, top:top + h, left:left + w, :] = x
-    return padded[:, rows[:, None, :, None], cols[None, :, None, :], :]
+    (sh, sw), (dh, dw) = win.stride, win.dilation
+    view = sliding_window_view(padded, win.effective, axis=(1, 2))  # n, h', w', c, eff_h, eff_w
+    view = view[:, :sh * (out_h - 1) + 1:sh, :sw * (out_w - 1) + 1:sw, :, ::dh, ::dw]
+    return view.transpose(0, 1, 2, 4, 5, 3)
 
 
 def valid_counts(win: Window, in_h: int, in_w: int) -> np.ndarray:

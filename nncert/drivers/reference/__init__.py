@@ -40,9 +40,10 @@ from nncert.ops.interpreter import ExecutionBudget, execution_budget, run_model
 class ReferencePreparedModel(PreparedModel):
     def __init__(self, model: Model) -> None:
         self.model = model
+        self._constants: dict = {}  # read from the pools at the first execution, then kept
 
     def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        return run_model(self.model, inputs)
+        return run_model(self.model, inputs, constants=self._constants)
 
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: Deadline = None,
