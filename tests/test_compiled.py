@@ -4,6 +4,8 @@ base's fault, not a runtime's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,18 @@ from nncert.drivers import measure
 from nncert.drivers.compiled import CompiledDriver, Unmappable
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import HalError
-from nncert.hal.transform import fully_specified, isolate_operation, specialize_shapes, widen_float16
-from nncert.hal.types import ErrorStatus, OperandType, OperationType
+from nncert.hal.model import Operation
+from nncert.hal.transform import (
+    ShapeUnknown,
+    fully_specified,
+    isolate_operation,
+    specialize_shapes,
+    widen_float16,
+)
+from nncert.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.cases import enumerate_cases, sample_case
+from nncert.testing.control_flow_models import dynamic_if_model, if_model
 from nncert.testing.harness import check_case
 
 T = OperandType
@@ -163,6 +173,48 @@ def test_specialize_shapes_follows_the_catalogue_rules():
     b.operation(OperationType.TRANSPOSE, [x, b.constant(T.TENSOR_INT32, [0, 3, 1, 2])], [out])
     concrete = specialize_shapes(b.build([x], [out]), [(1, 4, 5, 6)])
     assert concrete.main.operands[out].dimensions == (1, 6, 4, 5)
+
+
+def test_rewrites_keep_the_subgraphs_an_if_references():
+    model = if_model()
+    for sg in (model.main, *model.referenced):
+        for o in sg.operands:
+            if o.type is T.TENSOR_FLOAT32:
+                o.type = T.TENSOR_FLOAT16
+    wide = widen_float16(model)
+    assert len(wide.referenced) == 2
+    assert T.TENSOR_FLOAT16 not in {o.type for sg in (wide.main, *wide.referenced) for o in sg.operands}
+    single = isolate_operation(wide, 0)
+    offsets = [single.main.operands[i].location.offset for i in single.main.operations[0].inputs[1:3]]
+    assert offsets == [0, 1] and len(single.referenced) == 2
+    a = np.array([[1.0, 2.0, 3.0]] * 2, np.float32)
+    got = run_model(single, [np.array([False]), a, a / 4])
+    np.testing.assert_array_equal(got[0], a - a / 4)
+
+
+def test_specialize_shapes_leaves_an_if_output_the_branch_decides():
+    model = dynamic_if_model()  # branches of output length 6 and 3
+    concrete = specialize_shapes(model, [(1,), (3,)])
+    assert concrete.main.operands[concrete.main.output_indexes[0]].dimensions == (0,)
+    assert len(concrete.referenced) == 2
+    same = if_model(dims=(0, 3))  # branches of equal shapes: known
+    for sg in same.referenced:
+        for o in sg.operands:
+            o.dimensions = (0, 3) if o.type is T.TENSOR_FLOAT32 else o.dimensions
+    concrete = specialize_shapes(same, [(1,), (5, 3), (5, 3)])
+    assert concrete.main.operands[concrete.main.output_indexes[0]].dimensions == (5, 3)
+
+
+def test_an_operation_reading_a_shape_the_branch_decides_is_shape_unknown():
+    model = dynamic_if_model()
+    main = model.main
+    out = main.output_indexes[0]
+    main.operands.append(dataclasses.replace(main.operands[out]))
+    main.operands[out].lifetime = OperandLifeTime.TEMPORARY_VARIABLE
+    main.operations.append(Operation(OperationType.RELU, [out], [len(main.operands) - 1]))
+    main.output_indexes = [len(main.operands) - 1]
+    with pytest.raises(ShapeUnknown, match="decides only when it runs"):
+        specialize_shapes(model, [(1,), (3,)])
 
 
 def test_capabilities_are_measured_once_and_stable(tmp_path, monkeypatch):

@@ -24,7 +24,10 @@ The base then gives:
   results rounded to float16 at the output, a documented strategy (docs/drivers.md) that
   ACC-1's float16 tolerance covers;
 - dynamic shapes (EXE-4): a model with unknown dimensions is compiled again for each new set
-  of actual input shapes, the shapes filled in by the catalogue's rules;
+  of actual input shapes, the shapes filled in by the catalogue's rules (an IF / WHILE output
+  whose shape the taken branch or the loop decides stays unknown: the runtime gives it);
+- the loop timeout and the deadline, for an executable that can stop its WHILE loops
+  (``Executable.run_until``);
 - one execution at a time per compiled model (runtimes' interpreters are not reentrant);
 - capabilities measured on reference workloads (``nncert.drivers.measure``);
 - compilation caching (CACHE-1..7, ``nncert.drivers.caching``): the model cache holds the
@@ -58,6 +61,7 @@ from nncert.hal.transform import (
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nncert.hal.types import OperandType as T
 from nncert.hal.validation import validate_model, validate_request
+from nncert.ops.interpreter import ExecutionBudget
 
 
 class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter gives
@@ -65,6 +69,11 @@ class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter give
 
 
 class Executable(Protocol):
+    """A compiled model. One whose WHILE loops can be stopped from outside also has
+    ``run_until(inputs, stop_at)``: ``run`` that stops every loop still running at
+    time.monotonic_ns() ``stop_at`` and then raises HalError MISSED_DEADLINE_TRANSIENT (the
+    base calls it with the earlier of the deadline and the loop timeout, EXE-9, EXE-10)."""
+
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Arrays in model-input order (the operands' dtypes, float16 widened to float32)
         to arrays in model-output order. The outputs may be views of the runtime's own
@@ -123,6 +132,7 @@ class CompiledPreparedModel(PreparedModel):
         start = time.monotonic_ns()
         validate_request(request, self.model)
         check_deadline(deadline, "execution")
+        loop_ns = ExecutionBudget.for_request(deadline, loop_timeout).loop_timeout
         # Views of the pools, copied once, straight into the runtime (no error may keep them).
         inputs = read_inputs(self.model, request, copy=False)
         failure: HalError | None = None
@@ -134,8 +144,15 @@ class CompiledPreparedModel(PreparedModel):
             with self._lock:
                 exe = self._executable(feeds)
                 device_start = time.monotonic_ns()
+                run_until = getattr(exe, "run_until", None)
                 try:
-                    outs = exe.run(feeds)
+                    if run_until is None:
+                        outs = exe.run(feeds)
+                    else:  # the loop timeout counted from here: no loop runs longer
+                        stop_at = device_start + loop_ns
+                        outs = run_until(feeds, stop_at if deadline is None else min(stop_at, deadline))
+                except HalError:
+                    raise
                 except Exception as e:
                     raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name} execution "
                                    f"failed: {type(e).__name__}: {e}") from None
@@ -289,15 +306,17 @@ class CompiledDriver(Driver):
 def _probe_key(single: Model) -> bytes:
     """What decides whether a runtime takes an operation: its type, every operand's type,
     shape and quantisation, and the values of its parameters (scalars and small integer or
-    boolean tensors such as axes, paddings and shapes; not the contents of weights)."""
+    boolean tensors such as axes, paddings and shapes; not the contents of weights); for an
+    IF / WHILE, the same of every referenced subgraph."""
     h = hashlib.blake2b(digest_size=20)
-    sg = single.main
-    h.update(repr([(op.type, op.inputs, op.outputs) for op in sg.operations]).encode())
-    for o in sg.operands:
-        h.update(repr((o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
-                       o.channel_quant)).encode())
-        parameter = o.type.is_scalar or (o.type in (T.TENSOR_INT32, T.TENSOR_BOOL8) and
-                                         int(np.prod(o.dimensions)) <= 64)
-        if o.lifetime in CONSTANT and parameter:
-            h.update(single.constant_bytes(o) or b"")
+    for sg in (single.main, *single.referenced):
+        h.update(repr([(op.type, op.inputs, op.outputs) for op in sg.operations]).encode())
+        h.update(repr((sg.input_indexes, sg.output_indexes)).encode())
+        for o in sg.operands:
+            h.update(repr((o.type, o.dimensions, o.scale, o.zero_point, o.lifetime,
+                           o.channel_quant, o.location.offset if o.type is T.SUBGRAPH else 0)).encode())
+            parameter = o.type.is_scalar or (o.type in (T.TENSOR_INT32, T.TENSOR_BOOL8) and
+                                             int(np.prod(o.dimensions)) <= 64)
+            if o.lifetime in CONSTANT and parameter:
+                h.update(single.constant_bytes(o) or b"")
     return h.digest()

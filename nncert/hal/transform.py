@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from nncert.hal.model import DataLocation, Model, Operand, Operation, Subgraph, dtype_of
-from nncert.hal.types import OperandLifeTime, OperandType
+from nncert.hal.types import OperandLifeTime, OperandType, OperationType
 
 T = OperandType
 CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
@@ -28,23 +28,36 @@ _WIDE = {T.TENSOR_FLOAT16: T.TENSOR_FLOAT32, T.FLOAT16: T.FLOAT32}
 
 
 def _pack(model: Model, operands: list[Operand], values: dict[int, np.ndarray],
-          operations: list[Operation], inputs: Sequence[int], outputs: Sequence[int]) -> Model:
-    """A model of ``operands`` whose constants are ``values`` (index -> array), all copied."""
+          operations: list[Operation], inputs: Sequence[int], outputs: Sequence[int],
+          referenced: Sequence[tuple[Subgraph, dict[int, np.ndarray]]] = ()) -> Model:
+    """A model of ``operands`` whose constants are ``values`` (index -> array), all copied;
+    ``referenced``: its referenced subgraphs (IF / WHILE), each with its constants."""
     blob = bytearray()
-    out = []
-    for i, o in enumerate(operands):
-        o = dataclasses.replace(o, location=DataLocation())
-        if i in values:
-            data = np.ascontiguousarray(np.asarray(values[i], dtype=dtype_of(o.type))).tobytes()
-            pad = (-len(blob)) % 8
-            blob += b"\0" * pad
-            o.lifetime = OperandLifeTime.CONSTANT_COPY
-            o.location = DataLocation(0, len(blob), len(data))
-            blob += data
-        out.append(o)
-    main = Subgraph(out, [Operation(op.type, list(op.inputs), list(op.outputs)) for op in operations],
-                    list(inputs), list(outputs))
-    return Model(main, [], bytes(blob), [], model.relax_computation_float32_to_float16)
+
+    def place(operands: Sequence[Operand], values: dict[int, np.ndarray]) -> list[Operand]:
+        out = []
+        for i, o in enumerate(operands):
+            if o.lifetime is not OperandLifeTime.SUBGRAPH:  # its offset names the subgraph
+                o = dataclasses.replace(o, location=DataLocation())
+            else:
+                o = dataclasses.replace(o, location=dataclasses.replace(o.location))
+            if i in values:
+                data = np.ascontiguousarray(np.asarray(values[i], dtype=dtype_of(o.type))).tobytes()
+                pad = (-len(blob)) % 8
+                blob.extend(b"\0" * pad)
+                o.lifetime = OperandLifeTime.CONSTANT_COPY
+                o.location = DataLocation(0, len(blob), len(data))
+                blob.extend(data)
+            out.append(o)
+        return out
+
+    def copy_ops(ops: Sequence[Operation]) -> list[Operation]:
+        return [Operation(op.type, list(op.inputs), list(op.outputs)) for op in ops]
+
+    main = Subgraph(place(operands, values), copy_ops(operations), list(inputs), list(outputs))
+    refs = [Subgraph(place(sg.operands, vals), copy_ops(sg.operations), list(sg.input_indexes),
+                     list(sg.output_indexes)) for sg, vals in referenced]
+    return Model(main, refs, bytes(blob), [], model.relax_computation_float32_to_float16)
 
 
 def _constants(model: Model, sg: Subgraph) -> dict[int, np.ndarray]:
@@ -52,16 +65,23 @@ def _constants(model: Model, sg: Subgraph) -> dict[int, np.ndarray]:
 
 
 def map_operands(model: Model, fn: Callable[[Operand], Operand]) -> Model:
-    """``model`` (main subgraph) with every operand replaced by ``fn(operand)``; constants
-    are converted to the new operand's type."""
+    """``model`` with every operand (of the main and the referenced subgraphs) replaced by
+    ``fn(operand)``; constants are converted to the new operand's type."""
+    def mapped(sg: Subgraph) -> tuple[list[Operand], dict[int, np.ndarray]]:
+        operands = [fn(o) for o in sg.operands]
+        return operands, {i: v.astype(dtype_of(operands[i].type)) for i, v in _constants(model, sg).items()}
+
     sg = model.main
-    operands = [fn(o) for o in sg.operands]
-    values = {i: v.astype(dtype_of(operands[i].type)) for i, v in _constants(model, sg).items()}
-    return _pack(model, operands, values, sg.operations, sg.input_indexes, sg.output_indexes)
+    operands, values = mapped(sg)
+    refs = []
+    for ref in model.referenced:
+        ref_operands, ref_values = mapped(ref)
+        refs.append((dataclasses.replace(ref, operands=ref_operands), ref_values))
+    return _pack(model, operands, values, sg.operations, sg.input_indexes, sg.output_indexes, refs)
 
 
 def has_float16(model: Model) -> bool:
-    return any(o.type in _WIDE for o in model.main.operands)
+    return any(o.type in _WIDE for sg in (model.main, *model.referenced) for o in sg.operands)
 
 
 def widen_float16(model: Model) -> Model:
@@ -73,7 +93,8 @@ def widen_float16(model: Model) -> Model:
 
 def isolate_operation(model: Model, index: int) -> Model:
     """Operation ``index`` of the main subgraph as a model of its own: its constants stay
-    constants, its other inputs become model inputs and its outputs model outputs."""
+    constants, its other inputs become model inputs and its outputs model outputs; an IF /
+    WHILE keeps the model's referenced subgraphs."""
     sg = model.main
     op = sg.operations[index]
     remap: dict[int, int] = {}
@@ -88,7 +109,7 @@ def isolate_operation(model: Model, index: int) -> Model:
         operands.append(dataclasses.replace(o))
         if o.lifetime in CONSTANT:
             values[remap[idx]] = model.constant_value(o)
-        elif o.lifetime is OperandLifeTime.NO_VALUE:
+        elif o.lifetime in (OperandLifeTime.NO_VALUE, OperandLifeTime.SUBGRAPH):
             pass
         elif idx in op.inputs:
             operands[-1].lifetime = OperandLifeTime.SUBGRAPH_INPUT
@@ -97,11 +118,14 @@ def isolate_operation(model: Model, index: int) -> Model:
     for i in outputs:
         operands[i].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
     new_op = Operation(op.type, [remap[i] for i in op.inputs], outputs)
-    return _pack(model, operands, values, [new_op], inputs, outputs)
+    calls = any(sg.operands[i].lifetime is OperandLifeTime.SUBGRAPH for i in op.inputs)
+    referenced = [(ref, _constants(model, ref)) for ref in model.referenced] if calls else []
+    return _pack(model, operands, values, [new_op], inputs, outputs, referenced)
 
 
 def fully_specified(model: Model) -> bool:
-    """Every tensor has known dimensions (omitted optional inputs have none to know)."""
+    """Every tensor of the main subgraph has known dimensions (omitted optional inputs have
+    none to know; the outputs of an IF / WHILE may have them only once it has run)."""
     return all(o.fully_specified for o in model.main.operands
                if o.type.is_tensor and o.lifetime is not OperandLifeTime.NO_VALUE)
 
@@ -112,23 +136,48 @@ class ShapeUnknown(Exception):  # noqa: N818 - a condition, reported by the call
 
 def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) -> Model:
     """``model`` with the actual input dimensions and every other dimension computed from
-    them by the catalogue's shape rules, in operation order. Raises ShapeUnknown for an
-    output whose shape depends on a non-constant input value, ValueError for shapes the
-    operation rejects (INVALID_ARGUMENT at run time)."""
+    them by the catalogue's shape rules, in operation order (``specialize_subgraph``).
+    Raises ShapeUnknown for an output whose shape depends on a non-constant input value,
+    ValueError for shapes the operation rejects (INVALID_ARGUMENT at run time)."""
+    sg = model.main
+    operands = specialize_subgraph(model, sg, input_dims).operands
+    refs = [(ref, _constants(model, ref)) for ref in model.referenced]
+    return _pack(model, operands, _constants(model, sg), sg.operations, sg.input_indexes,
+                 sg.output_indexes, refs)
+
+
+def specialize_subgraph(model: Model, sg: Subgraph, input_dims: Sequence[Sequence[int] | None]) -> Subgraph:
+    """``sg`` (of ``model``: its constants and referenced subgraphs) with the actual input
+    dimensions and every dimension that follows from them; operands are copies, their
+    locations unchanged. An IF / WHILE output whose shape depends on the values (branches
+    of different output shapes, a loop whose carried shapes change from one iteration to the
+    next) stays unknown, and so may only be an output of ``sg``: an operation reading it
+    raises ShapeUnknown, as does an output shape that depends on a non-constant value."""
     from nncert.ops import get  # the catalogue imports the HAL; import late
     from nncert.ops.base import ShapeError
     from nncert.ops.evaluate import known_inputs, output_shapes
 
-    sg = model.main
     operands = [dataclasses.replace(o) for o in sg.operands]
     for idx, dims in zip(sg.input_indexes, input_dims, strict=True):
         if dims is not None and operands[idx].type.is_tensor:
             operands[idx].dimensions = tuple(int(d) for d in dims)
-    consts = _constants(model, sg)
+    after_run: set[int] = set()  # operands whose shape is known only once their IF / WHILE ran
     for n, op in enumerate(sg.operations):
+        late = [i for i in op.inputs if i in after_run]
+        if late:
+            raise ShapeUnknown(f"operation {n} ({op.type.name}) reads operand {late[0]}, whose "
+                               f"shape an IF / WHILE decides only when it runs")
         if all(operands[i].fully_specified for i in op.outputs):
             continue
         record = get(op.type)
+        if record is None and op.type in _CONTROL_FLOW:
+            shapes = _control_flow_shapes(model, sg, operands, op)
+            for i, dims in zip(op.outputs, shapes, strict=True):
+                if dims is None:
+                    after_run.add(i)
+                elif not operands[i].fully_specified:
+                    operands[i].dimensions = dims
+            continue
         if record is None:
             raise ShapeUnknown(f"operation {n} ({op.type.name}) has no shape rule")
         ins, vals = known_inputs(record, model, operands, op.inputs)  # original locations
@@ -142,5 +191,29 @@ def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) 
                                f"value known only at run time")
         for i, dims in zip(op.outputs, shapes, strict=True):
             operands[i].dimensions = tuple(dims)
-    return _pack(model, operands, consts, sg.operations, sg.input_indexes, sg.output_indexes)
+    return dataclasses.replace(sg, operands=operands)
 
+
+_CONTROL_FLOW = (OperationType.IF, OperationType.WHILE)
+
+
+def _control_flow_shapes(model: Model, sg: Subgraph, operands: list[Operand],
+                         op: Operation) -> list[tuple[int, ...] | None]:
+    """The output shapes of an IF / WHILE whose input shapes are known: those that do not
+    depend on the values (None where they do)."""
+    def ref(position: int) -> Subgraph:
+        return model.referenced[operands[op.inputs[position]].location.offset]
+
+    def output_dims(sub: Subgraph, dims: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        special = specialize_subgraph(model, sub, dims)
+        return [special.operands[i].dimensions if special.operands[i].fully_specified else ()
+                for i in special.output_indexes]
+
+    if op.type is OperationType.IF:
+        dims = [operands[i].dimensions for i in op.inputs[3:]]
+        then, other = output_dims(ref(1), dims), output_dims(ref(2), dims)
+        return [a if a and a == b else None for a, b in zip(then, other, strict=True)]
+    dims = [operands[i].dimensions for i in op.inputs[2:]]
+    after_one = output_dims(ref(1), dims)
+    steady = after_one == dims[:len(after_one)]  # every carried shape the same each iteration
+    return [dims[k] if steady else None for k in range(len(op.outputs))]

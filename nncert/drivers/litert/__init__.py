@@ -18,19 +18,30 @@ them. The exporter uses ai-edge-litert's flatbuffer schema module.
 Float16 operands are computed in float32 (the ``CompiledDriver`` strategy); NCHW operations
 are wrapped in TRANSPOSE operators; see ``export.py`` for the compositions used where TFLite
 has no direct equivalent, and ``expectations.toml`` for known LiteRT discrepancies.
+
+IF and WHILE are TFLite IF and WHILE. LiteRT has no way to cancel a run from Python, so a
+model with WHILE loops runs with a watcher thread (``LiteRTExecutable.run_until``): at the
+loop timeout, counted from the start of the execution, or at the deadline if it comes first,
+it sets a stop flag that every loop condition reads, the loops end at their next condition
+and the execution fails with MISSED_DEADLINE_TRANSIENT (EXE-9, EXE-10). The loop timeout
+thus bounds the whole execution of a model with loops: no loop runs longer, and one that
+starts late gets less.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 import numpy as np
 
 from nncert.drivers.compiled import CompiledDriver, Unmappable
-from nncert.drivers.litert.export import export, operation_problem
+from nncert.drivers.litert.export import export, operation_problem, stop_flags
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model
-from nncert.hal.types import DeviceType
+from nncert.hal.types import DeviceType, ErrorStatus
 
 KERNELS = ("xnnpack", "builtin", "ref")
 
@@ -56,7 +67,8 @@ def _runtime() -> tuple[Any, str]:
 
 
 class LiteRTExecutable:
-    def __init__(self, interpreter: Any, output_dims: list[tuple[int, ...]]) -> None:
+    def __init__(self, interpreter: Any, output_dims: list[tuple[int, ...]],
+                 loops: list[tuple[int, int]] = ()) -> None:
         self.interp = interpreter
         self.inputs = [d["index"] for d in interpreter.get_input_details()]
         self.outputs = [d["index"] for d in interpreter.get_output_details()]
@@ -64,17 +76,76 @@ class LiteRTExecutable:
         self._sizes = [int(np.prod(d)) for d in output_dims]
         # Views of the interpreter's output buffers (no copy; valid until the next invoke).
         self._views = [interpreter.tensor(i) for i in self.outputs]
+        #: (subgraph, stop tensor) of each WHILE condition (export.stop_flags)
+        self.loops = list(loops)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         for idx, a in zip(self.inputs, inputs, strict=True):
             self.interp.set_tensor(idx, a)
         self.interp.invoke()
+        return self._results()
+
+    def run_until(self, inputs: list[np.ndarray], stop_at: int) -> list[np.ndarray]:
+        """``run``, with every WHILE loop stopped at time.monotonic_ns() ``stop_at``: from then
+        until the run ends, a watcher thread keeps setting the stop flag that each loop
+        condition reads (export._stoppable; LiteRT releases the GIL while it runs, and resets
+        a subgraph's variables when it reallocates it, as at the start of each loop), so each
+        loop ends at its next condition; the execution then fails with
+        MISSED_DEADLINE_TRANSIENT: a model with loops is bounded as a whole, from the start
+        of its execution."""
+        if not self.loops:
+            return self.run(inputs)
+        interp = self.interp
+        for idx, a in zip(self.inputs, inputs, strict=True):
+            interp.set_tensor(idx, a)
+        interp._ensure_safe()  # as invoke() does, before the watcher may touch the wrapper
+        done = threading.Event()
+        fired: list[bool] = []
+
+        def watch() -> None:
+            if done.wait(max(0, stop_at - time.monotonic_ns()) / 1e9):
+                return
+            fired.append(True)
+            while True:
+                for sg, stop in self.loops:
+                    try:
+                        interp._interpreter.SetTensor(stop, _TRUE, sg)
+                    except ValueError:  # released between two loops
+                        pass
+                if done.wait(STOP_PERIOD_S):
+                    return
+
+        watcher = threading.Thread(target=watch, name="litert-loop-stop", daemon=True)
+        watcher.start()
+        try:
+            interp._interpreter.Invoke()
+        finally:
+            done.set()
+            watcher.join()
+        if fired:
+            for sg, stop in self.loops:
+                try:
+                    interp._interpreter.SetTensor(stop, _FALSE, sg)
+                except ValueError:
+                    pass
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                           "litert: the execution of a model with WHILE loops was still running at "
+                           "the loop timeout or the deadline (its loops were stopped)")
+        return self._results()
+
+    def _results(self) -> list[np.ndarray]:
         outs = []
         for view, dims, size in zip(self._views, self.output_dims, self._sizes, strict=True):
             a = view()
             # TFLite gives rank 0 where NNAPI has [1] (a reduction over every axis)
             outs.append(a.reshape(dims) if a.size == size else a)
         return outs
+
+
+_TRUE, _FALSE = np.array([True]), np.array([False])
+#: How often the watcher sets the stop flags again once they are due (a loop that starts
+#: after that finds its flag cleared; it is stopped within this much).
+STOP_PERIOD_S = 1e-4
 
 
 class LiteRTDriver(CompiledDriver):
@@ -136,7 +207,8 @@ class LiteRTDriver(CompiledDriver):
         interp = self._mod.Interpreter(**kwargs)
         interp.allocate_tensors()  # kernels' Prepare: type and parameter checks happen here
         main = model.main
-        return LiteRTExecutable(interp, [main.operands[i].dimensions for i in main.output_indexes])
+        return LiteRTExecutable(interp, [main.operands[i].dimensions for i in main.output_indexes],
+                                stop_flags(content))
 
 
 __all__ = ["LiteRTDriver", "Unmappable", "export"]

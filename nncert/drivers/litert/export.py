@@ -30,6 +30,20 @@ last and back; LOG_SOFTMAX's beta is a MUL first; ELU's alpha is RELU(x) + alpha
 MIN(ELU(x), 0); a uint8 convolution with a per-channel int8 filter runs in int8 between two
 exact QUANTIZEs (uint8 <-> int8 with zero point shifted by 128); int32 DIV (floor
 division) is FLOOR_DIV; CAST to TENSOR_QUANT8_ASYMM saturates with MAXIMUM / MINIMUM first.
+
+**Control flow.** Subgraph 0 is the main subgraph; every referenced subgraph an IF / WHILE
+calls becomes a TFLite subgraph of the same model (buffers and operator codes shared),
+exported once per role and input shapes, with its dimensions filled in from the call's
+input shapes (``specialize_subgraph``: a branch may leave them unknown). HAL IF is TFLite
+IF (the condition, then the branch inputs); where the branches give outputs of different
+shapes, the IF output is a dynamic tensor. HAL WHILE is TFLite WHILE over all m + k + n
+operands: TFLite feeds every input back, so the body also gives its n input-only inputs
+back unchanged, and only the first m outputs are the HAL outputs. Each condition subgraph
+ends with ``AND NOT stop``, a variable flag the driver sets to stop loops at the loop
+timeout or the deadline (``_stoppable``). A loop whose carried shapes change every
+iteration is taken only when its TFLite form is the same at the shapes of its first
+iterations (``_check_shape_generic``).
+
 What cannot be expressed raises ``Unmappable`` with the reason.
 """
 
@@ -43,8 +57,8 @@ import flatbuffers
 import numpy as np
 
 from nncert.drivers.compiled import Unmappable
-from nncert.hal.model import Model, Operand, Operation
-from nncert.hal.transform import CONSTANT
+from nncert.hal.model import Model, Operand, Operation, Subgraph
+from nncert.hal.transform import CONSTANT, ShapeUnknown, specialize_subgraph
 from nncert.hal.types import OperandLifeTime
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
@@ -110,24 +124,30 @@ def hal_quant(o: Operand) -> Quant:
 
 
 class Graph:
-    """Tensors, buffers, operators and operator codes of one subgraph model."""
+    """Tensors and operators of one subgraph; buffers and operator codes, which the
+    subgraphs of a model share, are the ``shared`` graph's (its own when None)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: Graph | None = None) -> None:
         self.tensors: list[Any] = []
         self.shapes: list[tuple[int, ...]] = []
         self.dtypes: list[str] = []
         self.quants: list[Quant] = []
-        self.buffers: list[Any] = [fb.BufferT()]  # buffer 0: the empty sentinel
+        self.buffers: list[Any] = [fb.BufferT()] if shared is None else shared.buffers  # 0: empty
         self.operators: list[Any] = []
-        self.codes: dict[int, int] = {}
+        self.codes: dict[int, int] = {} if shared is None else shared.codes
 
     def tensor(self, shape: Sequence[int], ttype: str, quant: Quant = None,
-               data: np.ndarray | None = None, name: str = "") -> int:
+               data: np.ndarray | None = None, name: str = "",
+               signature: Sequence[int] | None = None) -> int:
+        """A new tensor; ``signature``: its shape with -1 where a dimension is known only when
+        the model runs (an IF / WHILE output), ``shape`` then a placeholder."""
         if math.prod(int(d) for d in shape) > MAX_TENSOR_ELEMENTS:
             raise Unmappable(f"a {ttype} tensor of shape {list(shape)} is beyond the "
                              f"{MAX_TENSOR_ELEMENTS:,} elements the exporter maps")
         t = fb.TensorT()
         t.shape = [int(d) for d in shape]
+        if signature is not None:
+            t.shapeSignature = [int(d) for d in signature]
         t.type = getattr(fb.TensorType, ttype)
         t.name = name or f"t{len(self.tensors)}"
         t.buffer = 0
@@ -209,17 +229,22 @@ class Graph:
             o.inputs = [new if i == old else i for i in o.inputs]
             o.outputs = [new if i == old else i for i in o.outputs]
 
-    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
+    def subgraph(self, inputs: Sequence[int], outputs: Sequence[int], name: str = "main") -> Any:
         sg = fb.SubGraphT()
         sg.tensors = self.tensors
         sg.inputs = list(inputs)
         sg.outputs = list(outputs)
         sg.operators = self.operators
-        sg.name = "main"
+        sg.name = name
+        return sg
+
+    def build(self, inputs: Sequence[int], outputs: Sequence[int], others: Sequence[Any] = ()) -> bytes:
+        """The model: this graph as subgraph 0, then ``others`` (SubGraphT of graphs that
+        share this one's buffers and operator codes)."""
         m = fb.ModelT()
         m.version = 3
         m.description = "nncert"
-        m.subgraphs = [sg]
+        m.subgraphs = [self.subgraph(inputs, outputs), *others]
         m.buffers = self.buffers
         codes = [None] * len(self.codes)
         for builtin, i in self.codes.items():
@@ -248,7 +273,7 @@ class Node:
 
         self.ex, self.g, self.op = ex, ex.g, op
         self.record = get(op.type)
-        sg = ex.model.main
+        sg = ex.sg
         self.inputs = [None if sg.operands[i].lifetime is OperandLifeTime.NO_VALUE
                        else sg.operands[i] for i in op.inputs]
         self.outputs = [sg.operands[i] for i in op.outputs]
@@ -342,38 +367,88 @@ class Node:
 
 
 class Exporter:
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.g = Graph()
-        self._tensors: dict[int, int] = {}
+    """One HAL subgraph into one TFLite subgraph. The root (the main subgraph, TFLite subgraph
+    0) also collects the model's other TFLite subgraphs: each referenced subgraph an IF /
+    WHILE calls, exported once per role and input shapes (``call``)."""
 
-    def hal_tensor(self, idx: int) -> int:
+    def __init__(self, model: Model, subgraph: Subgraph | None = None, root: Exporter | None = None) -> None:
+        self.model = model
+        self.sg = model.main if subgraph is None else subgraph
+        self.root = self if root is None else root
+        self.g = Graph(None if root is None else root.g)
+        self._tensors: dict[int, int] = {}
+        if root is None:
+            self.subgraphs: list[Any] = []  # TFLite subgraphs 1, 2, ...
+            self._called: dict[tuple, int] = {}
+
+    def hal_tensor(self, idx: int, after_run: bool = False) -> int:
+        """The TFLite tensor of HAL operand ``idx``; ``after_run``: an IF / WHILE output,
+        whose dimensions may be known only when it has run (a dynamic TFLite tensor)."""
         if idx in self._tensors:
             return self._tensors[idx]
-        o = self.model.main.operands[idx]
+        o = self.sg.operands[idx]
         if not o.type.is_tensor:
             raise Unmappable(f"operand {idx} ({o.type.name}) is not a tensor")
         data = None
         if o.lifetime in CONSTANT:
             data = self.model.constant_value(o)
+        shape, signature = o.dimensions, None
         if any(d <= 0 for d in o.dimensions) or not o.dimensions:
-            raise Unmappable(f"operand {idx} has unknown dimensions {list(o.dimensions)}")
-        t = self.g.tensor(o.dimensions, tflite_type(o.type), hal_quant(o), data, f"hal{idx}")
+            if not after_run:
+                raise Unmappable(f"operand {idx} has unknown dimensions {list(o.dimensions)}")
+            shape, signature = [max(d, 1) for d in o.dimensions], [d if d > 0 else -1 for d in o.dimensions]
+        t = self.g.tensor(shape, tflite_type(o.type), hal_quant(o), data, f"hal{idx}", signature)
         self._tensors[idx] = t
         return t
 
-    def run(self) -> bytes:
-        sg = self.model.main
+    def emit(self) -> tuple[list[int], list[int]]:
+        """Map the subgraph's operations; returns its TFLite input and output tensors."""
+        sg = self.sg
         ins = [self.hal_tensor(i) for i in sg.input_indexes]
         for op in sg.operations:
+            control = _CONTROL_FLOW.get(op.type)
+            if control is not None:
+                control(self, op)
+                continue
             mapping = MAPPINGS.get(op.type)
             if mapping is None:
                 raise Unmappable(f"TFLite has no {op.type.name}")
             node = Node(self, op)
             mapping(node)
             node.finish()
-        outs = [self.hal_tensor(i) for i in sg.output_indexes]
-        return self.g.build(ins, outs)
+        outs = [self.hal_tensor(i, after_run=True) for i in sg.output_indexes]
+        return ins, outs
+
+    def run(self) -> bytes:
+        ins, outs = self.emit()
+        return self.g.build(ins, outs, self.subgraphs)
+
+    def referenced(self, op: Operation, position: int) -> int:
+        """The referenced subgraph (its index) that input ``position`` of ``op`` names."""
+        return self.sg.operands[op.inputs[position]].location.offset
+
+    def call(self, ref: int, input_dims: Sequence[Sequence[int]], role: str) -> tuple[int, Subgraph]:
+        """(TFLite subgraph index, the HAL subgraph with its shapes filled in) of referenced
+        subgraph ``ref`` run on inputs of ``input_dims`` as ``role``: "branch" (an IF's),
+        "cond" or "body" (a WHILE's; a body also passes its input-only values through, as
+        TFLite's WHILE feeds every input back)."""
+        try:
+            special = specialize_subgraph(self.model, self.model.referenced[ref], input_dims)
+        except (ShapeUnknown, ValueError) as e:
+            raise Unmappable(f"subgraph {ref}: {e}") from None
+        root = self.root
+        key = (ref, role, tuple(tuple(d) for d in input_dims))
+        if key not in root._called:
+            index = root._called[key] = len(root.subgraphs) + 1
+            root.subgraphs.append(None)  # the index is taken before nested calls take theirs
+            sub = Exporter(self.model, special, root)
+            ins, outs = sub.emit()
+            if role == "body":
+                outs += ins[len(outs):]
+            elif role == "cond":
+                outs = [_stoppable(sub.g, outs[0])]
+            root.subgraphs[index - 1] = sub.g.subgraph(ins, outs, f"{role} {ref}")
+        return root._called[key], special
 
 
 def export(model: Model) -> bytes:
@@ -381,6 +456,121 @@ def export(model: Model) -> bytes:
     if fb is None:
         raise Unmappable("exporting to TFLite needs ai-edge-litert's flatbuffer schema")
     return Exporter(model).run()
+
+
+# ---------------------------------------------------------------------------------------
+# Control flow: IF and WHILE, whose subgraphs become TFLite subgraphs
+
+
+def _if(ex: Exporter, op: Operation) -> None:
+    """TFLite IF: the condition tensor, then the branch inputs (NNAPI's order without the two
+    subgraph operands). Each branch is exported at the IF's input shapes; where the branches
+    give outputs of different shapes, the output is dynamic (its shape the taken branch's)."""
+    sg = ex.sg
+    dims = [sg.operands[i].dimensions for i in op.inputs[3:]]
+    indexes = []
+    for position, what in ((1, "then"), (2, "else")):
+        index, branch = ex.call(ex.referenced(op, position), dims, "branch")
+        for k, (i, j) in enumerate(zip(branch.output_indexes, op.outputs, strict=True)):
+            got, declared = branch.operands[i], sg.operands[j]
+            if got.fully_specified and declared.fully_specified and got.dimensions != declared.dimensions:
+                raise Unmappable(f"the {what} branch gives output {k} of shape {list(got.dimensions)}, "
+                                 f"the IF declares {list(declared.dimensions)}")
+        indexes.append(index)
+    ins = [ex.hal_tensor(i) for i in (op.inputs[0], *op.inputs[3:])]
+    outs = [ex.hal_tensor(i, after_run=True) for i in op.outputs]
+    ex.g.op("IF", ins, outs, "If", thenSubgraphIndex=indexes[0], elseSubgraphIndex=indexes[1])
+
+
+#: The name of the variable tensor by which a WHILE loop is stopped (``_stoppable``).
+STOP = "nncert_loop_stop"
+
+
+def _stoppable(g: Graph, condition: int) -> int:
+    """A WHILE condition subgraph's output that the driver can turn false from outside, since
+    LiteRT cannot be cancelled otherwise (the loop timeout and the deadline, EXE-9, EXE-10):
+    ``condition AND NOT stop``, ``stop`` a variable tensor (persistent, zero until written)
+    that the driver sets."""
+    stop = g.tensor([1], "BOOL", name=STOP)
+    g.tensors[stop].isVariable = True
+    keep = g.like(condition)
+    g.op("LOGICAL_AND", [condition, g.unary("LOGICAL_NOT", stop)], [keep])
+    return keep
+
+
+def stop_flags(content: bytes) -> list[tuple[int, int]]:
+    """(subgraph, ``stop`` tensor) of every WHILE condition subgraph of an exported model."""
+    model = fb.Model.GetRootAs(content, 0)
+    flags = []
+    for k in range(1, model.SubgraphsLength()):
+        sg = model.Subgraphs(k)
+        for i in range(sg.TensorsLength()):
+            if sg.Tensors(i).Name() == STOP.encode():
+                flags.append((k, i))
+    return flags
+
+
+#: Loop iterations whose shapes a WHILE body with changing shapes is exported at and compared.
+SHAPE_CHECK_ITERATIONS = 3
+
+
+def _while(ex: Exporter, op: Operation) -> None:
+    """TFLite WHILE takes N tensors, feeds all N back and gives all N; NNAPI's takes m
+    input-output, k state-only and n input-only operands, its body gives m + k and the
+    WHILE m. So the TFLite body also gives its last n inputs back unchanged, and the
+    WHILE's last k + n TFLite outputs are left unused."""
+    sg = ex.sg
+    carried = op.inputs[2:]
+    dims = [sg.operands[i].dimensions for i in carried]
+    cond, _ = ex.call(ex.referenced(op, 0), dims, "cond")
+    body, special = ex.call(ex.referenced(op, 1), dims, "body")
+    after = [special.operands[i].dimensions for i in special.output_indexes]
+    if after != dims[:len(after)]:
+        _check_shape_generic(ex, op, dims)
+    ins = [ex.hal_tensor(i) for i in carried]
+    outs = [ex.hal_tensor(i, after_run=True) for i in op.outputs]
+    outs += [ex.g.like(t) for t in ins[len(outs):]]
+    ex.g.op("WHILE", ins, outs, "While", condSubgraphIndex=cond, bodySubgraphIndex=body)
+
+
+def _check_shape_generic(ex: Exporter, op: Operation, dims: list[tuple[int, ...]]) -> None:
+    """A loop whose carried shapes change from one iteration to the next runs one TFLite body
+    at every shape (TFLite's kernels resize their outputs), but the exporter derives some
+    constants and options from shapes (RESHAPE targets, SAME or VALID padding, slice sizes).
+    So the condition and body are exported at the shapes of the first iterations and must
+    come out the same at each: a loop whose TFLite form depends on its shapes is declined."""
+    cond_ref, body_ref = ex.referenced(op, 0), ex.referenced(op, 1)
+    forms = []
+    for _ in range(SHAPE_CHECK_ITERATIONS):
+        scratch = Exporter(ex.model)
+        scratch.call(cond_ref, dims, "cond")
+        _, special = scratch.call(body_ref, dims, "body")
+        forms.append(_form(scratch))
+        outs = [special.operands[i] for i in special.output_indexes]
+        if not all(o.fully_specified for o in outs):
+            raise Unmappable("a WHILE body whose output shapes are known only when it runs")
+        dims = [o.dimensions for o in outs] + dims[len(outs):]
+    if any(f != forms[0] for f in forms[1:]):
+        raise Unmappable("the WHILE's carried shapes change every iteration and its TFLite form "
+                         "(constants or options derived from shapes) changes with them")
+
+
+def _form(root: Exporter) -> list:
+    """The exported subgraphs (1, 2, ...) of ``root`` without their tensors' shapes: operators,
+    options, tensor types, quantisation and constant data."""
+    def data(t: Any) -> bytes | None:
+        buf = root.g.buffers[t.buffer].data if t.buffer else None
+        return None if buf is None else bytes(np.asarray(buf, np.uint8))
+
+    codes = {i: b for b, i in root.g.codes.items()}
+    return [([(t.type, repr(t.quantization and vars(t.quantization)), t.isVariable, data(t))
+              for t in sg.tensors],
+             [(codes[o.opcodeIndex], list(o.inputs), list(o.outputs), o.builtinOptionsType,
+               repr(o.builtinOptions and vars(o.builtinOptions))) for o in sg.operators],
+             list(sg.inputs), list(sg.outputs)) for sg in root.subgraphs]
+
+
+_CONTROL_FLOW: dict[Op, Callable[[Exporter, Operation], None]] = {Op.IF: _if, Op.WHILE: _while}
 
 
 # ---------------------------------------------------------------------------------------
@@ -969,24 +1159,58 @@ MAPPINGS: dict[Op, Callable[[Node], None]] = {
 }
 
 
-def operation_problem(model: Model, index: int) -> str | None:
-    """Static reasons an operation cannot be exported (before any probe)."""
-    op = model.main.operations[index]
+def operation_problem(model: Model, index: int, subgraph: Subgraph | None = None) -> str | None:
+    """Static reasons operation ``index`` of ``subgraph`` (default: the main one) cannot be
+    exported (before any probe); an IF / WHILE is judged with every operation of the
+    subgraphs it references."""
+    sg = model.main if subgraph is None else subgraph
+    op = sg.operations[index]
+    if op.type in _CONTROL_FLOW:
+        return _control_flow_problem(model, sg, op)
     if op.type not in MAPPINGS:
         return f"TFLite has no {op.type.name} (the LiteRT exporter does not map it)"
-    sg = model.main
     for i in op.inputs:
         o = sg.operands[i]
         if o.type.is_scalar and o.lifetime not in CONSTANT and o.lifetime is not OperandLifeTime.NO_VALUE:
             return (f"{op.type.name}'s scalar parameters become TFLite operator options, so they "
                     f"must be constants (operand {i} is not)")
     for i in list(op.inputs) + list(op.outputs):
+        problem = _operand_problem(sg.operands[i], i)
+        if problem:
+            return problem
+    return None
+
+
+def _operand_problem(o: Operand, i: int) -> str | None:
+    if o.type.is_tensor and o.type not in _TYPES and o.lifetime is not OperandLifeTime.NO_VALUE:
+        return f"TFLite has no tensor type for {o.type.name}"
+    scales = o.channel_quant.scales if o.channel_quant else (o.scale,) if o.type.is_quant else ()
+    extreme = [x for x in scales if not QUANT_SCALE_RANGE[0] <= x <= QUANT_SCALE_RANGE[1]]
+    if extreme:
+        return (f"operand {i} has quantisation scale {extreme[0]:g}: LiteRT's fixed-point "
+                f"rescaling aborts or crashes outside [2^-32, 2^32] (found by fuzzing)")
+    return None
+
+
+def _control_flow_problem(model: Model, sg: Subgraph, op: Operation) -> str | None:
+    """An IF / WHILE passes tensors only (TFLite subgraphs take no scalars); the operations
+    of the subgraphs it references (and theirs, nested) must be exportable."""
+    refs = []
+    for i in list(op.inputs) + list(op.outputs):
         o = sg.operands[i]
-        if o.type.is_tensor and o.type not in _TYPES and o.lifetime is not OperandLifeTime.NO_VALUE:
-            return f"TFLite has no tensor type for {o.type.name}"
-        scales = o.channel_quant.scales if o.channel_quant else (o.scale,) if o.type.is_quant else ()
-        extreme = [x for x in scales if not QUANT_SCALE_RANGE[0] <= x <= QUANT_SCALE_RANGE[1]]
-        if extreme:
-            return (f"operand {i} has quantisation scale {extreme[0]:g}: LiteRT's fixed-point "
-                    f"rescaling aborts or crashes outside [2^-32, 2^32] (found by fuzzing)")
+        if o.type is T.SUBGRAPH:
+            refs.append(o.location.offset)
+            continue
+        if o.type.is_scalar:
+            return (f"TFLite's {op.type.name} passes tensors only, operand {i} is a scalar "
+                    f"{o.type.name}")
+        problem = _operand_problem(o, i)
+        if problem:
+            return problem
+    for ref in dict.fromkeys(refs):
+        inner = model.referenced[ref]
+        for n, inner_op in enumerate(inner.operations):
+            problem = operation_problem(model, n, inner)
+            if problem:
+                return f"subgraph {ref}, operation {n} ({inner_op.type.name}): {problem}"
     return None

@@ -11,6 +11,11 @@ Options (strings, from a spec such as ``onnxruntime:opt_level=basic,threads=2``)
   or ``qlinear`` (QLinearConv and the com.microsoft QLinear* kernels where they exist, QDQ
   otherwise).
 
+IF and WHILE are ONNX If and Loop (see ``export.py``); a model with loops runs with
+``RunOptions.terminate`` set at the loop timeout (counted from the start of the execution)
+or the deadline, whichever comes first, and then fails with MISSED_DEADLINE_TRANSIENT
+(EXE-9, EXE-10).
+
 onnx and onnxruntime are imported when a driver is made, never by ``import nncert.drivers``.
 Sessions are quiet (warnings off) and deterministic (``use_deterministic_compute``, one
 inter-op thread, sequential execution).
@@ -18,12 +23,16 @@ inter-op thread, sequential execution).
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 
 from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model
 from nncert.hal.transform import isolate_operation
-from nncert.hal.types import DeviceType
+from nncert.hal.types import DeviceType, ErrorStatus, OperationType
 
 OPT_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -36,12 +45,37 @@ QUANT_MODES = ("qdq", "qlinear")
 
 
 class OrtExecutable:
-    def __init__(self, session, input_names: list[str]) -> None:
+    def __init__(self, session, input_names: list[str], loops: bool = False) -> None:
         self.session = session
         self.input_names = input_names
+        self.loops = loops  # the model has WHILE loops (ONNX Loop): run_until stops them
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, dict(zip(self.input_names, inputs, strict=True)))
+
+    def run_until(self, inputs: list[np.ndarray], stop_at: int) -> list[np.ndarray]:
+        """``run``, for a model with loops terminated at time.monotonic_ns() ``stop_at`` (ORT's
+        RunOptions.terminate, which its executor and Loop check between nodes): the loop
+        timeout bounds the whole execution of a model with loops, as in the LiteRT driver."""
+        if not self.loops:
+            return self.run(inputs)
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.log_severity_level = 4  # the termination is reported here, not logged
+        timer = threading.Timer(max(0, stop_at - time.monotonic_ns()) / 1e9,
+                                lambda: setattr(options, "terminate", True))
+        timer.start()
+        try:
+            return self.session.run(None, dict(zip(self.input_names, inputs, strict=True)), options)
+        except Exception:
+            if options.terminate:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                               "onnxruntime: the execution of a model with WHILE loops was still "
+                               "running at the loop timeout or the deadline (terminated)") from None
+            raise
+        finally:
+            timer.cancel()
 
 
 class OnnxRuntimeDriver(CompiledDriver):
@@ -120,7 +154,9 @@ class OnnxRuntimeDriver(CompiledDriver):
 
     def load(self, content: bytes, model: Model) -> OrtExecutable:
         session = self._ort.InferenceSession(content, self.session_options(), providers=[self.provider])
-        return OrtExecutable(session, [i.name for i in session.get_inputs()])
+        loops = any(op.type is OperationType.WHILE for sg in model.referenced for op in sg.operations) or \
+            any(op.type is OperationType.WHILE for op in model.main.operations)
+        return OrtExecutable(session, [i.name for i in session.get_inputs()], loops)
 
 
 __all__ = ["OnnxRuntimeDriver"]

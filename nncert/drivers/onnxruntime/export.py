@@ -25,6 +25,16 @@ One entry in ``MAPPINGS`` per catalogue operation; the shared machinery is here:
 
 The model's tensors all have known dimensions here: output dimensions are used directly
 for Reshape targets.
+
+Control flow: IF is an If whose branch graphs read the IF's inputs from the enclosing graph
+(Identity nodes give them the branch's names); WHILE is a Loop without trip count over all
+m + k + n operands, the condition subgraph inlined before it (on the initial values) and
+at the end of its body (on the new ones, giving the Loop's condition), the input-only
+values passed through. Referenced subgraphs are exported per call, their dimensions filled
+in from the call's input shapes (``specialize_subgraph``); an If / Loop output whose shape
+the branch or the loop decides has unknown dimensions. A loop whose carried shapes change
+every iteration is taken only when its body comes out the same at the shapes of its first
+iterations (the constants derived from shapes would otherwise be wrong later).
 """
 
 from __future__ import annotations
@@ -36,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from nncert.drivers.compiled import Unmappable
-from nncert.hal.model import Model, Operand, dtype_of
+from nncert.hal.model import Model, Operand, Operation, Subgraph, dtype_of
+from nncert.hal.transform import ShapeUnknown, specialize_subgraph
 from nncert.hal.types import FusedActivationFunc, OperandLifeTime, OperationType
 from nncert.hal.types import OperandType as T
 from nncert.ops import get as get_record
@@ -62,10 +73,16 @@ def _tensor_proto_type(dtype: np.dtype) -> int:
 
 
 class Graph:
-    def __init__(self, model: Model, quant: str) -> None:
+    """The nodes and initializers of one ONNX graph: the model's, or a subgraph of an If /
+    Loop (``sg`` a referenced subgraph, ``parent`` the graph it is nested in), whose HAL
+    operand names carry a prefix of their own: ONNX names are unique across nested graphs."""
+
+    def __init__(self, model: Model, quant: str, sg: Subgraph | None = None,
+                 parent: Graph | None = None, prefix: str = "") -> None:
         self.model = model
-        self.sg = model.main
+        self.sg = model.main if sg is None else sg
         self.quant = quant
+        self.prefix = prefix
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._consts: dict[tuple, str] = {}
@@ -73,12 +90,17 @@ class Graph:
         self._dq: dict[tuple, str] = {}
         self._raw: dict[tuple, str] = {}
         self._producer: dict[str, Any] = {}
-        self._n = 0
-        self.uses_ms = False
+        self._root: Graph = self if parent is None else parent._root
+        self._n = 0  # the root's counts every graph's fresh names
+        self.uses_ms = False  # the root's says whether any graph does
 
     def fresh(self, hint: str = "v") -> str:
-        self._n += 1
-        return f"_{hint}{self._n}"
+        self._root._n += 1
+        return f"_{hint}{self._root._n}"
+
+    def name(self, index: int) -> str:
+        """The ONNX name of HAL operand ``index``."""
+        return f"{self.prefix}t{index}"
 
     def const(self, value: Any, dtype: Any) -> str:
         from onnx import numpy_helper
@@ -97,7 +119,7 @@ class Graph:
         out = out or self.fresh(op_type.lower())
         n = helper.make_node(op_type, inputs, [out], domain=domain or None, **attrs)
         if domain == MS_DOMAIN:
-            self.uses_ms = True
+            self._root.uses_ms = True
         self.nodes.append(n)
         self._producer[out] = n
         return out
@@ -105,7 +127,7 @@ class Graph:
     def bind_output(self, value: str, index: int) -> None:
         """Make ``value`` HAL operand ``index``'s tensor t{index}: the node producing a fresh
         intermediate is renamed, anything else gets an Identity."""
-        target = f"t{index}"
+        target = self.name(index)
         n = self._producer.get(value)
         if n is not None and value.startswith("_") and value not in self._dq.values() and \
                 value not in self._raw.values():
@@ -140,7 +162,7 @@ class Graph:
                 else:
                     self._raw[key] = self.node("Transpose", [self.raw(index)], perm=list(perm))
             return self._raw[key]
-        name = f"t{index}"
+        name = self.name(index)
         if const and index not in self._made:
             from onnx import numpy_helper
             self.initializers.append(numpy_helper.from_array(
@@ -872,9 +894,24 @@ MAPPINGS: dict[OperationType, Mapping] = {
 # The whole model
 
 
-def operation_problem(model: Model, index: int) -> str | None:
-    """Why operation ``index`` cannot be expressed in ONNX (type, parameter), or None."""
-    op = model.main.operations[index]
+def operation_problem(model: Model, index: int, sg: Subgraph | None = None) -> str | None:
+    """Why operation ``index`` (of ``sg``, default the main subgraph) cannot be expressed in
+    ONNX (type, parameter), or None; an If / Loop with the operations of its subgraphs."""
+    sg = model.main if sg is None else sg
+    op = sg.operations[index]
+    if op.type in _CONTROL_FLOW:
+        for i in op.inputs:
+            o = sg.operands[i]
+            if o.type.is_scalar:
+                return f"ONNX's {_CONTROL_FLOW_NAMES[op.type]} passes tensors only, operand {i} is a scalar"
+            if o.type is T.SUBGRAPH:
+                inner = model.referenced[o.location.offset]
+                for n, inner_op in enumerate(inner.operations):
+                    problem = operation_problem(model, n, inner)
+                    if problem:
+                        return (f"subgraph {o.location.offset}, operation {n} ({inner_op.type.name}): "
+                                f"{problem}")
+        return None
     if op.type not in MAPPINGS:
         return f"{op.type.name} has no ONNX mapping"
     return None
@@ -885,25 +922,157 @@ def export(model: Model, quant: str = "qdq") -> Any:
     from onnx import helper
 
     sg = model.main
-    if model.referenced:
-        raise Unmappable("control flow (referenced subgraphs) is not mapped")
     g = Graph(model, quant)
-    for n, op in enumerate(sg.operations):
+    _emit_operations(g)
+    graph = helper.make_graph(g.nodes, "nncert", [_info(g, i) for i in sg.input_indexes],
+                              [_info(g, i) for i in sg.output_indexes], g.initializers)
+    opsets = [helper.make_opsetid("", OPSET)]
+    if g.uses_ms:
+        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10, producer_name="nncert")
+
+
+def _emit_operations(g: Graph) -> None:
+    for n, op in enumerate(g.sg.operations):
+        control = _CONTROL_FLOW.get(op.type)
+        if control is not None:
+            control(g, op)
+            continue
         spec = MAPPINGS.get(op.type)
         if spec is None:
             raise Unmappable(f"{op.type.name} has no ONNX mapping")
         spec.fn(Emit(g, n, spec))
 
-    def info(i: int) -> Any:
-        o = sg.operands[i]
-        if not o.type.is_tensor:
-            raise Unmappable(f"operand {i} ({o.type.name}): scalar model inputs and outputs are not mapped")
-        return helper.make_tensor_value_info(f"t{i}", _tensor_proto_type(dtype_of(o.type)),
-                                             list(o.dimensions))
 
-    graph = helper.make_graph(g.nodes, "nncert", [info(i) for i in sg.input_indexes],
-                              [info(i) for i in sg.output_indexes], g.initializers)
-    opsets = [helper.make_opsetid("", OPSET)]
-    if g.uses_ms:
-        opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
-    return helper.make_model(graph, opset_imports=opsets, ir_version=10, producer_name="nncert")
+def _info(g: Graph, i: int, name: str | None = None, dims: Any = _MISSING) -> Any:
+    """The value info of HAL operand ``i`` of ``g``: unknown dimensions (an If / Loop output
+    the branch or the loop decides) as unnamed dimensions, an unknown rank as no shape."""
+    from onnx import helper
+
+    o = g.sg.operands[i]
+    if not o.type.is_tensor:
+        raise Unmappable(f"operand {i} ({o.type.name}): scalar model inputs and outputs are not mapped")
+    if dims is _MISSING:
+        dims = [d if d > 0 else None for d in o.dimensions] if o.dimensions else None
+    return helper.make_tensor_value_info(name or g.name(i), _tensor_proto_type(dtype_of(o.type)), dims)
+
+
+# ---------------------------------------------------------------------------------------
+# Control flow: IF as If, WHILE as Loop, referenced subgraphs as their graph attributes
+
+
+def _subgraph(g: Graph, ref: int, dims: list[tuple[int, ...]],
+              inputs: list[str] | None) -> tuple[Graph, Subgraph]:
+    """Referenced subgraph ``ref`` as a graph nested in ``g``, its dimensions filled in from
+    the call's input shapes ``dims``; ``inputs``: outer names its inputs are bound to (by
+    Identity nodes), None where they are the graph's own inputs (a Loop body)."""
+    try:
+        special = specialize_subgraph(g.model, g.model.referenced[ref], dims)
+    except (ShapeUnknown, ValueError) as e:
+        raise Unmappable(f"subgraph {ref}: {e}") from None
+    sub = Graph(g.model, g.quant, special, g, g.fresh(f"s{ref}_") + "_")
+    for idx, outer in zip(special.input_indexes, inputs or (), strict=False):
+        sub.node("Identity", [outer], sub.name(idx))
+    _emit_operations(sub)
+    return sub, special
+
+
+def _inline(g: Graph, sub: Graph) -> None:
+    g.nodes.extend(sub.nodes)
+    g.initializers.extend(sub.initializers)
+
+
+def _if(g: Graph, op: Operation) -> None:
+    """If: the condition (bool[1]) and two branch graphs, which read the IF's inputs from
+    the enclosing graph; branches of different output shapes give the If output the taken
+    branch's shape."""
+    from onnx import helper
+
+    sg = g.sg
+    xs = op.inputs[3:]
+    outer = [g.raw(i) for i in xs]
+    dims = [sg.operands[i].dimensions for i in xs]
+    branches = {}
+    for position, what in ((1, "then"), (2, "else")):
+        sub, special = _subgraph(g, sg.operands[op.inputs[position]].location.offset, dims, outer)
+        for k, (i, j) in enumerate(zip(special.output_indexes, op.outputs, strict=True)):
+            got, declared = special.operands[i], sg.operands[j]
+            if got.fully_specified and declared.fully_specified and got.dimensions != declared.dimensions:
+                raise Unmappable(f"the {what} branch gives output {k} of shape {list(got.dimensions)}, "
+                                 f"the IF declares {list(declared.dimensions)}")
+        branches[f"{what}_branch"] = helper.make_graph(
+            sub.nodes, sub.prefix + what, [], [_info(sub, i) for i in special.output_indexes],
+            sub.initializers)
+    g.nodes.append(helper.make_node("If", [g.raw(op.inputs[0])], [g.name(i) for i in op.outputs],
+                                    **branches))
+
+
+#: Loop iterations whose shapes a WHILE body with changing shapes is exported at and compared.
+SHAPE_CHECK_ITERATIONS = 3
+
+
+def _while(g: Graph, op: Operation) -> None:
+    """Loop (no trip count) over all m + k + n operands: the condition subgraph runs once
+    on the initial values (inlined before the Loop) and at the end of each iteration on the
+    new ones (inlined in the body, whose condition output it gives); the body gives its
+    input-only inputs back unchanged, and the first m Loop outputs are the WHILE's."""
+    from onnx import helper
+
+    sg = g.sg
+    carried = op.inputs[2:]
+    dims = [sg.operands[i].dimensions for i in carried]
+    refs = (sg.operands[op.inputs[0]].location.offset, sg.operands[op.inputs[1]].location.offset)
+    forms = []
+    for _ in range(SHAPE_CHECK_ITERATIONS):  # see _check_shape_generic in the LiteRT exporter
+        scratch = Graph(g.model, g.quant)
+        body, special = _loop_body(scratch, refs, dims, steady=True)
+        forms.append(([n.SerializeToString() for n in body.node],
+                      [t.SerializeToString() for t in body.initializer]))
+        after = [special.operands[i].dimensions for i in special.output_indexes]
+        if after == dims[:len(after)]:
+            break
+        if not all(special.operands[i].fully_specified for i in special.output_indexes):
+            raise Unmappable("a WHILE body whose output shapes are known only when it runs")
+        dims = after + dims[len(after):]
+    if any(f != forms[0] for f in forms[1:]):
+        raise Unmappable("the WHILE's carried shapes change every iteration and its ONNX form "
+                         "(constants or attributes derived from shapes) changes with them")
+    dims = [sg.operands[i].dimensions for i in carried]
+    outer = [g.raw(i) for i in carried]
+    cond, cond_special = _subgraph(g, refs[0], dims, outer)
+    _inline(g, cond)
+    body, _ = _loop_body(g, refs, dims, steady=len(forms) == 1)
+    outs = [g.name(i) for i in op.outputs] + [g.fresh("unused") for _ in carried[len(op.outputs):]]
+    g.nodes.append(helper.make_node("Loop", ["", cond.name(cond_special.output_indexes[0]), *outer],
+                                    outs, body=body))
+
+
+def _loop_body(g: Graph, refs: tuple[int, int], dims: list[tuple[int, ...]],
+               steady: bool) -> tuple[Any, Subgraph]:
+    """The Loop body graph (iteration, condition, v_1..v_N) -> (condition, v_1'..v_N') and
+    the HAL body with its dimensions filled in; ``steady``: the carried shapes are the same
+    every iteration (else they are left unknown in the graph's inputs and outputs)."""
+    from onnx import TensorProto, helper
+
+    cond_ref, body_ref = refs
+    sub, special = _subgraph(g, body_ref, dims, None)
+    news = [sub.name(i) for i in special.output_indexes]
+    ins = [sub.name(i) for i in special.input_indexes]
+    news += [sub.node("Identity", [x]) for x in ins[len(news):]]
+    after = [special.operands[i].dimensions for i in special.output_indexes]
+    after += dims[len(after):]
+    cond, cond_special = _subgraph(sub, cond_ref, after, news)
+    _inline(sub, cond)
+    iteration, condition = sub.fresh("iteration"), sub.fresh("condition")
+    inputs = [helper.make_tensor_value_info(iteration, TensorProto.INT64, []),
+              helper.make_tensor_value_info(condition, TensorProto.BOOL, [1])]
+    shapes = [list(d) if steady else None for d in dims]
+    inputs += [_info(sub, i, dims=d) for i, d in zip(special.input_indexes, shapes, strict=True)]
+    outputs = [_info(cond, cond_special.output_indexes[0])]
+    outputs += [_info(sub, i, name, dims=d)
+                for i, name, d in zip(special.input_indexes, news, shapes, strict=True)]
+    return helper.make_graph(sub.nodes, sub.prefix + "body", inputs, outputs, sub.initializers), special
+
+
+_CONTROL_FLOW: dict[Op, Callable[[Graph, Operation], None]] = {Op.IF: _if, Op.WHILE: _while}
+_CONTROL_FLOW_NAMES = {Op.IF: "If", Op.WHILE: "Loop"}
