@@ -121,8 +121,7 @@ def _mlts_config(args: argparse.Namespace):
 
     try:
         entries = select(args.models)
-        config = RunConfig(args.limit, args.warmup, args.runs, not args.no_cache_timing) \
-            if hasattr(args, "runs") else None
+        config = RunConfig(args.limit, args.warmup, args.runs, not args.no_cache_timing)
     except (ZooError, ValueError) as e:
         raise UsageError(str(e)) from None
     return entries, config, zoo_dir(args.zoo_dir)
