@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nncert.hal.model import Operand
+from nncert.ops.base import dequantize
 from nncert.testing.criteria import GRAPH_CRITERIA, compare_graph
 
 #: How far below the baseline's top-1 / top-5 accuracy a driver may be (a fraction).
@@ -29,10 +30,8 @@ FLOAT_CRITERION = GRAPH_CRITERIA["large_graph"]["float32"]
 
 
 def real(values: np.ndarray, operand: Operand) -> np.ndarray:
-    """An output's real values: quantised ones dequantised with its scale and zero point."""
-    if operand.type.is_quant:
-        return (values.astype(np.float64) - operand.zero_point) * operand.scale
-    return values.astype(np.float64)
+    """An output's real values (float64): quantised ones dequantised as the catalogue does."""
+    return dequantize(values, operand) if operand.type.is_quant else values.astype(np.float64)
 
 
 @dataclass

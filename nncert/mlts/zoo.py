@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from nncert.hal.codec import pack_model, unpack_model
-from nncert.hal.model import Model, Operand
+from nncert.hal.model import Model, Operand, dtype_of
+from nncert.ops.base import quantize
 
 #: Bumped when the way every entry is built changes (all are rebuilt).
 ZOO_VERSION = "1"
@@ -101,8 +102,6 @@ def load(entry: ZooModel, directory: Path, progress: Callable[[str], None] = lam
     start = time.monotonic()
     try:
         built = entry.build()
-    except ZooError:
-        raise
     except ImportError as e:
         raise ZooError(f"{entry.name}: needs a package that is not installed: {e.name or e} "
                        "(pip install -e '.[mlts]')") from None
@@ -122,16 +121,9 @@ def load(entry: ZooModel, directory: Path, progress: Callable[[str], None] = lam
 # -- inputs --------------------------------------------------------------------------------------
 
 def to_input(real: np.ndarray, operand: Operand) -> np.ndarray:
-    """Real values in ``operand``'s stored type (quantised with its scale and zero point)."""
-    from nncert.hal.model import dtype_of
-
-    dtype = dtype_of(operand.type)
+    """Real values in ``operand``'s stored type (quantised as the catalogue quantises)."""
     real = np.asarray(real, np.float64).reshape(operand.dimensions or np.shape(real))
-    if operand.type.is_quant:
-        info = np.iinfo(dtype)
-        q = np.round(real / operand.scale) + operand.zero_point
-        return np.clip(q, info.min, info.max).astype(dtype)
-    return real.astype(dtype)
+    return quantize(real, operand) if operand.type.is_quant else real.astype(dtype_of(operand.type))
 
 
 def _resized(image: np.ndarray, h: int, w: int) -> np.ndarray:
