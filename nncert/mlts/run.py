@@ -183,7 +183,7 @@ def _declined(driver: Driver, model) -> str:
     return ", ".join(f"{n} x{k}" for n, k in names.items())
 
 
-def _executions(entry: ZooModel, built: Built, ours: OnDriver, in_ops: list, sample: Sample,
+def _executions(entry: ZooModel, states: list, ours: OnDriver, in_ops: list, sample: Sample,
                 baseline: Baseline) -> Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]:
     """(driver inputs, baseline outputs, driver outputs) of each execution a sample makes: one,
     or one per step of a streaming model, the driver's state outputs fed back as its state
@@ -192,9 +192,6 @@ def _executions(entry: ZooModel, built: Built, ours: OnDriver, in_ops: list, sam
         inputs = [to_input(x, o) for x, o in zip(sample.inputs, in_ops, strict=True)]
         yield inputs, baseline.run(inputs), ours.execute(ours.request(inputs))
         return
-    from nncert.mlts.tflite_import import import_report
-
-    states = import_report(built.tflite).state
     values = {s.input_index: s.initial for s in states}
     for step in sample.inputs[0]:
         inputs = [to_input(step, in_ops[0]), *(values[i] for i in range(1, len(in_ops)))]
@@ -230,12 +227,17 @@ def evaluate(entry: ZooModel, built: Built, driver: Driver, driver_name: str, sa
     n_outputs = len(baseline.outputs)  # the model's own (a streaming model's state comes after)
     result.outputs = accuracy.output_stats(out_ops[:n_outputs], entry.steps)
     result.classes = accuracy.ClassStats() if entry.task == "classification" else None
+    states = []  # a streaming model's state variables: read from the .tflite once, not per sample
+    if entry.streaming:
+        from nncert.mlts.tflite_import import import_report
+
+        states = import_report(built.tflite).state
     first: list[np.ndarray] | None = None
     for sample in samples:
         if entry.streaming:
             baseline = fresh_baseline()
         try:
-            for inputs, expected, got in _executions(entry, built, ours, in_ops, sample, baseline):
+            for inputs, expected, got in _executions(entry, states, ours, in_ops, sample, baseline):
                 first = first or inputs
                 for stats, b, d in zip(result.outputs, expected, got, strict=False):
                     stats.add(b, d)
