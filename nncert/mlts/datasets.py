@@ -30,7 +30,12 @@ import numpy as np
 if TYPE_CHECKING:
     from PIL import Image
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "datasets"
+#: The committed data: a wheel carries the repository's datasets/ as nncert/data; a checkout (or an
+#: editable install) reads datasets/ itself. The wheel's copy is looked for first, as the directory
+#: beside an installed nncert may be another distribution's (Hugging Face's ``datasets``).
+_HERE = Path(__file__).resolve()
+DATA_DIR = next((d for d in (_HERE.parents[1] / "data", _HERE.parents[2] / "datasets") if d.is_dir()),
+                _HERE.parents[2] / "datasets")
 
 #: The wake-word model names the positive speech clips carry (openWakeWord / microWakeWord).
 WAKE_WORDS = ("alexa", "hey_jarvis", "hey_mycroft", "okay_nabu", "hey_rhasspy")
@@ -323,6 +328,6 @@ def _speech() -> tuple[Clip, ...]:
 def _data_file(name: str) -> Path:
     path = DATA_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; nncert's data sets are read from the repository's "
-                                "datasets/ directory (an editable install or a checkout)")
+        raise FileNotFoundError(f"{path}: missing; nncert's data sets are the repository's datasets/ "
+                                "directory (installed as nncert/data)")
     return path

