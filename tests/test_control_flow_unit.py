@@ -97,3 +97,40 @@ def test_unbounded_loop_timeout_runs_past_the_default():
     (out,) = run_model(cf.counting_while_model(), cf.counting_feeds(0, 0, 50),
                        budget=ExecutionBudget(loop_timeout=None))
     np.testing.assert_array_equal(out, cf.counting_while_golden(0, 0, 50))
+
+
+def test_constants_are_converted_once_per_cache_and_shared_read_only():
+    """A prepared model's constants cache keeps each constant's raw array and the value kernels
+    see (float64, dequantised), both read-only, also inside IF / WHILE subgraphs; results do not
+    change from one run to the next."""
+    from nncert.hal.builder import ModelBuilder
+    from nncert.hal.types import OperandType as T
+    from nncert.ops.base import dequantize
+
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_QUANT8_ASYMM, (2, 2), scale=0.5, zero_point=3)
+    c = b.constant(T.TENSOR_QUANT8_ASYMM, np.array([[1, 2], [250, 4]], np.uint8), scale=0.25, zero_point=1)
+    act = b.constant(T.INT32, 0)
+    y = b.operand(T.TENSOR_QUANT8_ASYMM, (2, 2), scale=1.0, zero_point=0)
+    b.operation(Op.ADD, [x, c, act], [y])
+    model = b.build([x], [y])
+    cache: dict = {}
+    feed = np.array([[10, 20], [30, 40]], np.uint8)
+    first = run_model(model, [feed], constants=cache)
+    real = {k: v for k, v in cache.items() if k[-1] == "real"}
+    assert len(real) == 1
+    (value,) = real.values()
+    assert value.dtype == np.float64 and not value.flags.writeable
+    operand = model.main.operands[c]
+    np.testing.assert_array_equal(value, dequantize(model.constant_value(operand), operand))
+    again = run_model(model, [feed], constants=cache)
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[0], run_model(model, [feed])[0])  # as without a cache
+
+    cache.clear()
+    model = cf.counting_while_model(nested_if=True)
+    for _ in range(2):
+        (out,) = run_model(model, cf.counting_feeds(1, 0, 4), constants=cache)
+        np.testing.assert_array_equal(out, cf.counting_while_golden(1, 0, 4, True))
+    assert any(k[-1] == "real" for k in cache)
+    assert all(not v.flags.writeable for v in cache.values())

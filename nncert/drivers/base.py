@@ -422,8 +422,11 @@ class Driver:
         return None
 
 
-def timing_for(measure: MeasureTiming, start_ns: int, device_ns: int) -> Timing:
-    """Timing of a successful run: device time and total driver time, in microseconds (EXE-7)."""
+def timing_for(measure: MeasureTiming | int, start_ns: int, device_ns: int) -> Timing:
+    """Timing of a successful run: device time and total driver time, in microseconds (EXE-7).
+    ``measure`` may be a plain int (ValueError where it is neither 0 nor 1)."""
+    if measure.__class__ is not MeasureTiming:
+        measure = MeasureTiming(measure)
     if measure is not MeasureTiming.YES:
         return NO_TIMING_INFO
     total = _micros(time.monotonic_ns() - start_ns)

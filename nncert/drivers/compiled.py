@@ -61,7 +61,7 @@ from nncert.hal.transform import (
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nncert.hal.types import OperandType as T
 from nncert.hal.validation import validate_model, validate_request
-from nncert.ops.interpreter import ExecutionBudget
+from nncert.ops.interpreter import loop_timeout_of
 
 
 class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter gives
@@ -93,6 +93,7 @@ class CompiledPreparedModel(PreparedModel):
         self.model = model  # the caller's types: requests are read and written with these
         self.wide = wide  # float16 widened: what the runtime computes
         self._in_types = [dtype_of(wide.main.operands[i].type) for i in wide.main.input_indexes]
+        self._out_types = [dtype_of(model.main.operands[i].type) for i in model.main.output_indexes]
         self._lock = threading.Lock()
         self._static: Executable | None = None
         #: The runtime's form of a model of known shapes, where the driver translates (caching).
@@ -132,7 +133,7 @@ class CompiledPreparedModel(PreparedModel):
         start = time.monotonic_ns()
         validate_request(request, self.model)
         check_deadline(deadline, "execution")
-        loop_ns = ExecutionBudget.for_request(deadline, loop_timeout).loop_timeout
+        loop_ns = loop_timeout_of(loop_timeout)
         # Views of the pools, copied once, straight into the runtime (no error may keep them).
         inputs = read_inputs(self.model, request, copy=False)
         failure: HalError | None = None
@@ -170,13 +171,17 @@ class CompiledPreparedModel(PreparedModel):
             failure.__context__ = failure.__cause__ = None
             failure.__traceback__ = None
             raise failure
-        return shapes, timing_for(MeasureTiming(measure), start, device_ns)
+        return shapes, timing_for(measure, start, device_ns)
 
     def _write(self, request: Request, outs: list[np.ndarray]) -> list[OutputShape]:
-        main = self.model.main
-        with np.errstate(over="ignore"):  # float32 beyond float16's range rounds to inf
-            outs = [np.asarray(a).astype(dtype_of(main.operands[i].type), copy=False)
-                    for i, a in zip(main.output_indexes, outs, strict=True)]
+        typed = []
+        for a, t in zip(outs, self._out_types, strict=True):
+            a = np.asarray(a)
+            if a.dtype != t:
+                with np.errstate(over="ignore"):  # float32 beyond float16's range rounds to inf
+                    a = a.astype(t)
+            typed.append(a)
+        outs = typed
         if any(a.nbytes > arg.location.length for a, arg in zip(outs, request.outputs, strict=True)):
             # The error (OUTPUT_INSUFFICIENT_SIZE) outlives the call: it must hold no view
             # of a runtime buffer (LiteRT refuses to run while one exists).

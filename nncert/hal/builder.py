@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -205,8 +206,7 @@ def read_outputs(model: Model, request: Request, shapes: Sequence[Sequence[int]]
     for idx, arg, dims in zip(model.main.output_indexes, request.outputs, shapes, strict=True):
         operand = model.main.operands[idx]
         dtype = dtype_of(operand.type)
-        n = int(np.prod(dims)) if dims else 1
-        pool = request.pools[arg.location.pool_index]
-        raw = bytes(pool.view()[arg.location.offset:arg.location.offset + n * dtype.itemsize])
-        result.append(np.frombuffer(raw, dtype=dtype).reshape(tuple(dims)).copy())
+        n = math.prod(dims)
+        view = request.pools[arg.location.pool_index].view()
+        result.append(np.frombuffer(view, dtype, n, arg.location.offset).reshape(tuple(dims)).copy())
     return result

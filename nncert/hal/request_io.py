@@ -24,16 +24,18 @@ if TYPE_CHECKING:
 def _bind(model: Model, request: Request) -> Binding | None:
     """The request's driver-managed buffers, every use of a token checked (MEM-4); None when
     every pool is shared memory."""
-    if all(isinstance(pool, Memory) for pool in request.pools):
-        return None
-    from nncert.drivers.memory_domain import bind_request  # drivers build on hal: import late
-    return bind_request(model, request)
+    for pool in request.pools:
+        if not isinstance(pool, Memory):
+            from nncert.drivers.memory_domain import bind_request  # drivers build on hal: import late
+            return bind_request(model, request)
+    return None
 
 
-def _pool_view(request: Request, arg: RequestArgument, what: str) -> memoryview:
+def _pool_view(request: Request, arg: RequestArgument, what: str, i: int) -> memoryview:
     pool = request.pools[arg.location.pool_index]
     if not isinstance(pool, Memory):
-        raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what}: driver-managed buffers are not supported")
+        raise HalError(ErrorStatus.GENERAL_FAILURE,
+                       f"request {what} {i}: driver-managed buffers are not supported")
     return pool.view()
 
 
@@ -60,7 +62,7 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
         if arg.location.length != n * dtype.itemsize:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request input {i}: {arg.location.length} "
                                                          f"bytes for {n} elements of {operand.type.name}")
-        view = _pool_view(request, arg, f"request input {i}")
+        view = _pool_view(request, arg, "input", i)
         plan.append((view, arg.location.offset, dtype, () if operand.type.is_scalar else dims, n))
     # Every check is done: no error can now leave a view of a pool behind.
     values: list[np.ndarray | None] = []
@@ -87,8 +89,7 @@ def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray])
     shapes = []
     for i, (arg, value) in enumerate(zip(request.outputs, outputs, strict=True)):
         # A driver-managed buffer takes any shape it fits (MEM-6): Binding.check_outputs judges.
-        shapes.append(OutputShape(tuple(int(d) for d in value.shape),
-                                  i in buffered or value.nbytes <= arg.location.length))
+        shapes.append(OutputShape(value.shape, i in buffered or value.nbytes <= arg.location.length))
     if binding is not None:
         binding.check_outputs(outputs)
     if not all(s.is_sufficient for s in shapes):
@@ -101,7 +102,7 @@ def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray])
             binding.write_output(i, value)  # type: ignore[union-attr]
             continue
         value = np.ascontiguousarray(value)
-        view = _pool_view(request, arg, f"request output {i}")
+        view = _pool_view(request, arg, "output", i)
         # One copy, straight into the pool.
         np.frombuffer(view, np.uint8, value.nbytes, arg.location.offset)[:] = value.reshape(-1).view(np.uint8)
     return shapes

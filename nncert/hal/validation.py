@@ -179,7 +179,7 @@ BIAS_SCALE_RTOL = 1e-6
 
 
 def _is_int(x: Any) -> bool:
-    return (x.__class__ is int or isinstance(x, (int, np.integer))) and not isinstance(x, bool)
+    return x.__class__ is int or (isinstance(x, (int, np.integer)) and not isinstance(x, bool))
 
 
 def _is_real(x: Any) -> bool:
@@ -1016,7 +1016,8 @@ def _validate_argument(arg: RequestArgument, operand: Operand, sizes: list[int |
                                   f"an omitted argument cannot have dimensions {list(arg.dimensions)}")
         return
     p, off, length, pad = loc.pool_index, loc.offset, loc.length, loc.padding
-    if not all(_is_int(x) and x >= 0 for x in (p, off, length, pad)):
+    if not (_is_int(p) and _is_int(off) and _is_int(length) and _is_int(pad)
+            and p >= 0 and off >= 0 and length >= 0 and pad >= 0):
         raise ValidationError("request-location", where, f"bad location {loc}")
     if p >= len(sizes):
         raise ValidationError("request-location", where,

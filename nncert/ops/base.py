@@ -412,7 +412,13 @@ class OpContext:
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
     """Round to nearest, ties away from zero (the rounding of TFLite and NNAPI's CPU path)."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    x = np.asarray(x)
+    if x.dtype.kind != "f" or x.ndim == 0:
+        return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    r = np.abs(x)  # in place from here: four passes, no temporaries
+    r += 0.5
+    np.floor(r, out=r)
+    return np.copysign(r, x, out=r)
 
 
 def dequantize(raw: np.ndarray, operand: Operand) -> np.ndarray:
@@ -421,7 +427,11 @@ def dequantize(raw: np.ndarray, operand: Operand) -> np.ndarray:
         shape = [1] * raw.ndim
         shape[operand.channel_quant.channel_dim] = -1
         return raw.astype(np.float64) * scales.reshape(shape)
-    return (raw.astype(np.float64) - operand.zero_point) * operand.scale
+    real = raw.astype(np.float64)
+    if operand.zero_point:
+        real -= operand.zero_point
+    real *= operand.scale
+    return real
 
 
 def quantize(real: np.ndarray, operand: Operand) -> np.ndarray:
@@ -432,8 +442,10 @@ def quantize(real: np.ndarray, operand: Operand) -> np.ndarray:
         shape[operand.channel_quant.channel_dim] = -1
         q = round_half_away(np.asarray(real, dtype=np.float64) / scales.reshape(shape))
     else:
-        q = round_half_away(np.asarray(real, dtype=np.float64) / operand.scale) + operand.zero_point
-    return np.clip(q, lo, hi).astype(dtype_of(operand.type))
+        q = round_half_away(np.asarray(real, dtype=np.float64) / operand.scale)
+        if operand.zero_point:
+            q += operand.zero_point
+    return np.clip(q, lo, hi, out=q).astype(dtype_of(operand.type))
 
 
 def to_real(raw: Any, operand: Operand) -> Any:
@@ -468,7 +480,10 @@ ACTIVATION_RANGE = {
 
 def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
     lo, hi = ACTIVATION_RANGE[FusedActivationFunc(act)]
-    return np.clip(x, lo, hi)
+    out = np.maximum(x, lo)  # NaN stays NaN, as with clip
+    if hi != math.inf:
+        np.minimum(out, hi, out=out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -113,11 +113,17 @@ def output_shapes(record: OpRecord, inputs: Sequence[Operand | None], values: Se
 
 
 def evaluate_real(record: OpRecord, inputs: Sequence[Operand | None], raw: Sequence[Any],
-                  outputs: Sequence[Operand], m: Match | None = None) -> list[np.ndarray]:
+                  outputs: Sequence[Operand], m: Match | None = None,
+                  real: Sequence[Any] | None = None) -> list[np.ndarray]:
     """Kernel outputs after the fused activation, before conversion to the output types
-    (real values for float and quantised outputs), in the operation's layout."""
+    (real values for float and quantised outputs), in the operation's layout. ``real``: inputs
+    already converted to what the kernel sees (``to_real``), None where not (the interpreter
+    keeps those of constants, read-only)."""
     if record.dequantize:
-        values = [None if o is None else to_real(v, o) for o, v in zip(inputs, raw, strict=True)]
+        if real is None:
+            real = [None] * len(raw)
+        values = [None if o is None else to_real(v, o) if r is None else r
+                  for o, v, r in zip(inputs, raw, real, strict=True)]
     else:
         values = [None if o is None else (np.asarray(v).item() if o.type.is_scalar else np.asarray(v))
                   for o, v in zip(inputs, raw, strict=True)]
@@ -154,9 +160,11 @@ def _check_output_shapes(record: OpRecord, ctx: Any) -> None:
 
 
 def evaluate(record: OpRecord, inputs: Sequence[Operand | None], raw: Sequence[Any],
-             outputs: Sequence[Operand], m: Match | None = None) -> list[np.ndarray]:
-    """Run the reference kernel: raw input arrays in, raw output arrays (stored types) out."""
-    real = evaluate_real(record, inputs, raw, outputs, m)
+             outputs: Sequence[Operand], m: Match | None = None,
+             real: Sequence[Any] | None = None) -> list[np.ndarray]:
+    """Run the reference kernel: raw input arrays in, raw output arrays (stored types) out;
+    ``real`` as for evaluate_real."""
+    real = evaluate_real(record, inputs, raw, outputs, m, real)
     if not record.dequantize:
         return [np.asarray(r).astype(dtype_of(o.type)) for r, o in zip(real, outputs, strict=True)]
     return [from_real(r, o) for r, o in zip(real, outputs, strict=True)]

@@ -14,7 +14,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Model, Operand, Operation, Subgraph
 from nncert.hal.types import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, ErrorStatus, OperandLifeTime
 from nncert.ops import control_flow, get
-from nncert.ops.base import ShapeError, TooLarge, Unknown
+from nncert.ops.base import ShapeError, TooLarge, Unknown, to_real
 from nncert.ops.evaluate import evaluate
 
 #: (operation index, operation, its input operands (None: omitted) and values, its output
@@ -34,14 +34,19 @@ class ExecutionBudget:
 
     @classmethod
     def for_request(cls, deadline: int | None, loop_timeout: int | None) -> ExecutionBudget:
-        """The budget of a request: a loop timeout of None is the default (2 s), one above
-        LOOP_TIMEOUT_MAXIMUM_NS is cut to it (as NNAPI's setLoopTimeout), a negative one is
-        invalid."""
-        if loop_timeout is None:
-            return cls(deadline, LOOP_TIMEOUT_DEFAULT_NS)
-        if loop_timeout.__class__ is not int or loop_timeout < 0:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid loop timeout {loop_timeout!r} ns")
-        return cls(deadline, min(loop_timeout, LOOP_TIMEOUT_MAXIMUM_NS))
+        """The budget of a request, its loop timeout as ``loop_timeout_of`` gives it."""
+        return cls(deadline, loop_timeout_of(loop_timeout))
+
+
+def loop_timeout_of(loop_timeout: int | None) -> int:
+    """A request's loop timeout in ns: None is the default (2 s), one above
+    LOOP_TIMEOUT_MAXIMUM_NS is cut to it (as NNAPI's setLoopTimeout); a negative one is
+    INVALID_ARGUMENT."""
+    if loop_timeout is None:
+        return LOOP_TIMEOUT_DEFAULT_NS
+    if loop_timeout.__class__ is not int or loop_timeout < 0:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid loop timeout {loop_timeout!r} ns")
+    return min(loop_timeout, LOOP_TIMEOUT_MAXIMUM_NS)
 
 
 #: The budget run_model applies when it is given none: the default (no deadline, 2 s loops)
@@ -88,9 +93,11 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
     values: list[np.ndarray | None] = [None] * len(subgraph.operands)
     for idx, value in zip(subgraph.input_indexes, inputs, strict=True):
         values[idx] = None if value is None else np.asarray(value)
+    const_idx = set()
     for idx, operand in enumerate(subgraph.operands):
         if operand.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
             values[idx] = _constant(model, subgraph, idx, operand, constants)
+            const_idx.add(idx)
     for n, op in enumerate(subgraph.operations):
         if deadline is not None and time.monotonic_ns() >= deadline:
             raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
@@ -110,14 +117,17 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
             outs = runner(model, subgraph, op, values, run_branch, budget)
         else:
             in_ops: list[Operand | None] = []
+            real: list[np.ndarray | None] = []
             for idx in op.inputs:
                 operand = subgraph.operands[idx]
                 if operand.lifetime is OperandLifeTime.NO_VALUE or values[idx] is None:
                     in_ops.append(None)
                 else:
                     in_ops.append(_with_actual_shape(operand, values[idx]))
+                real.append(_constant_real(subgraph, idx, operand, values[idx], constants)
+                            if record.dequantize and idx in const_idx else None)
             try:
-                outs = evaluate(record, in_ops, [values[i] for i in op.inputs], out_ops)
+                outs = evaluate(record, in_ops, [values[i] for i in op.inputs], out_ops, real=real)
             except (ShapeError, Unknown) as e:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"operation {n} ({op.type.name}): {e}") from None
             except TooLarge as e:
@@ -142,8 +152,9 @@ def run_model(model: Model, inputs: Sequence[np.ndarray], after: AfterOperation 
     return run_subgraph(model, model.main, inputs, after, budget, constants)
 
 
-#: (id of the subgraph, operand index) -> the constant's array.
-Constants = dict[tuple[int, int], np.ndarray]
+#: (id of the subgraph, operand index) -> the constant's array; (id of the subgraph, operand
+#: index, "real") -> its value as kernels see it (``to_real``).
+Constants = dict[tuple, np.ndarray]
 
 
 def _constant(model: Model, subgraph: Subgraph, idx: int, operand: Operand,
@@ -155,6 +166,21 @@ def _constant(model: Model, subgraph: Subgraph, idx: int, operand: Operand,
     if value is None:
         value = model.constant_value(operand)
         value.flags.writeable = False  # shared by every execution: a kernel must not write it
+        cache[key] = value
+    return value
+
+
+def _constant_real(subgraph: Subgraph, idx: int, operand: Operand, raw: np.ndarray | None,
+                   cache: Constants | None) -> np.ndarray | None:
+    """The value kernels see for a tensor constant (float64 for float and quantised ones),
+    converted once per prepared model; None (convert as any input) without a cache."""
+    if cache is None or raw is None or operand.type.is_scalar:
+        return None
+    key = (id(subgraph), idx, "real")
+    value = cache.get(key)
+    if value is None:
+        value = np.asarray(to_real(raw, operand))
+        value.flags.writeable = False  # shared by every execution, as the raw constant
         cache[key] = value
     return value
 

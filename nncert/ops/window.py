@@ -136,7 +136,8 @@ def gather(x: np.ndarray, win: Window, fill: float = 0.0) -> np.ndarray:
     n, h, w, c = x.shape
     out_h, out_w = win.out_size(h, w)
     (top, bottom), (left, right) = win.pad_h, win.pad_w
-    padded = np.full((n, h + top + bottom, w + left + right, c), fill, dtype=np.float64)
+    shape = (n, h + top + bottom, w + left + right, c)
+    padded = np.zeros(shape) if fill == 0 else np.full(shape, fill, dtype=np.float64)
     padded[:, top:top + h, left:left + w, :] = x
     (sh, sw), (dh, dw) = win.stride, win.dilation
     view = sliding_window_view(padded, win.effective, axis=(1, 2))  # n, h', w', c, eff_h, eff_w

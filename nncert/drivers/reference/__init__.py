@@ -57,7 +57,7 @@ class ReferencePreparedModel(PreparedModel):
             outputs = self.compute(inputs)
         device_ns = time.monotonic_ns() - device_start
         shapes = write_outputs(self.model, request, outputs)
-        return shapes, timing_for(MeasureTiming(measure), start, device_ns)
+        return shapes, timing_for(measure, start, device_ns)
 
 
 class ReferenceDriver(Driver):
