@@ -9,7 +9,9 @@ Two ratios per model (median latency over ``--runs`` after ``--warmup``, on one 
 - ``litert driver / raw invoke``: the nncert litert driver through the HAL
   (execute_synchronously on a request built once: input copy, validation, output copy)
   against ``set_tensor`` + ``invoke`` + ``get_tensor`` on the raw interpreter (aim: 1.05x or
-  less).
+  less). The two are timed alternately, call by call, so that the host's drift (which moves
+  a 1 ms model by 30% from one second to the next on a shared machine) falls on both; the
+  ratio is the median of the per-pair ratios.
 
     python benchmarks/bench_mlts.py [--models A,B] [--runs 50] [--warmup 10] [--zoo-dir DIR]
 """
@@ -27,6 +29,15 @@ from nncert.mlts.zoo import load, select, to_input, zoo_dir
 
 def median_ms(fn, warmup: int, runs: int) -> float:
     return statistics.median(timed(fn, warmup, runs)) * 1e3
+
+
+def paired(base, other, warmup: int, runs: int) -> tuple[float, float, float]:
+    """Median ms of ``base`` and of ``other``, timed alternately, and the median of the
+    per-pair ratios other / base."""
+    pairs = [(timed(base, warmup if i == 0 else 0, 1)[0], timed(other, warmup if i == 0 else 0, 1)[0])
+             for i in range(runs)]
+    return (statistics.median(a for a, _ in pairs) * 1e3, statistics.median(b for _, b in pairs) * 1e3,
+            statistics.median(b / a for a, b in pairs))
 
 
 def main() -> None:
@@ -52,18 +63,15 @@ def main() -> None:
         in_ops = [main_sg.operands[i] for i in main_sg.input_indexes]
         sample = entry.samples(1)[0]
         inputs = [to_input(x, o) for x, o in zip(sample.inputs, in_ops, strict=True)]
-        raw = Baseline(built.tflite, [o.dimensions for o in in_ops])
-        figures = {"raw": median_ms(functools.partial(raw.run, inputs), args.warmup, args.runs)}
+        raw = functools.partial(Baseline(built.tflite, [o.dimensions for o in in_ops]).run, inputs)
+        runs = {}
         for name, driver in drivers.items():
             ours = OnDriver(driver.prepare_model(built.model), built)
-            run = functools.partial(ours.execute, ours.request(inputs))
-            if name == "reference":
-                figures[name] = median_ms(run, 1, args.reference_runs)
-            else:
-                figures[name] = median_ms(run, args.warmup, args.runs)
-        print(f"{entry.name:26s} {figures['raw']:10.3f} {figures['litert']:10.3f} "
-              f"{figures['litert'] / figures['raw']:6.3f} {figures['reference']:10.1f} "
-              f"{figures['reference'] / figures['raw']:7.1f}", flush=True)
+            runs[name] = functools.partial(ours.execute, ours.request(inputs))
+        raw_ms, litert_ms, litert_ratio = paired(raw, runs["litert"], args.warmup, args.runs)
+        reference_ms = median_ms(runs["reference"], 1, args.reference_runs)
+        print(f"{entry.name:26s} {raw_ms:10.3f} {litert_ms:10.3f} {litert_ratio:6.3f} {reference_ms:10.1f} "
+              f"{reference_ms / raw_ms:7.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -415,10 +415,11 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.ndim == 0:
         return np.sign(x) * np.floor(np.abs(x) + 0.5)
-    r = np.abs(x)  # in place from here: four passes, no temporaries
-    r += 0.5
-    np.floor(r, out=r)
-    return np.copysign(r, x, out=r)
+    # trunc(x + copysign(0.5, x)): the same values (IEEE addition is symmetric in sign), in
+    # three passes and no temporaries
+    r = np.copysign(0.5, x)
+    r += x
+    return np.trunc(r, out=r)
 
 
 def dequantize(raw: np.ndarray, operand: Operand) -> np.ndarray:
