@@ -123,3 +123,26 @@ def test_digits_model_quantised_uint8():
     accuracy = _accuracy(model, lambda x: quantize.quantize_inputs(model, x),
                          lambda y: quantize.dequantize_outputs(model, y))
     assert accuracy >= 0.9
+
+
+def test_an_installed_nncert_carries_the_data_sets(tmp_path):
+    """What a wheel holds (setup.py's build_py: the packages and their data) reads the class
+    names and speech clips from nncert/data, without the checkout's datasets/."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(datasets.__file__).resolve().parents[2]
+    if not (root / "setup.py").is_file():
+        pytest.skip("not a checkout: nothing to build")
+    build = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
+                           cwd=root, capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    script = ("import nncert.mlts.datasets as d; "
+              "print(d.DATA_DIR, len(d.imagenet_classes()), len(d.speech()))")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(tmp_path / "nncert" / "data"), "1000", str(len(datasets.speech()))]
