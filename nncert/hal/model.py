@@ -36,10 +36,13 @@ _DTYPES = {
 }
 
 
+_DTYPE_OBJECTS = {t: np.dtype(v) for t, v in _DTYPES.items()}
+
+
 def dtype_of(type_: OperandType) -> np.dtype:
     """The numpy dtype holding one element of an operand type (row-major, EXE-2)."""
     try:
-        return np.dtype(_DTYPES[type_])
+        return _DTYPE_OBJECTS[type_]
     except KeyError:
         raise ValueError(f"operand type {type_!r} has no element type") from None
 
