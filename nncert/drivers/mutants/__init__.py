@@ -351,7 +351,7 @@ MUTANTS: dict[str, MutantInfo] = {
         MutantInfo(NoValidation, "VAL-1"),
         MutantInfo(RareConv, "ACC-5", suite="test_random_graphs.py"),
         MutantInfo(Drift, "ACC-5", suite="test_random_graphs.py"),
-        MutantInfo(TimingInverted, "EXE-7"),
+        MutantInfo(TimingInverted, "EXE-7", suite="test_execution.py"),
         MutantInfo(WrongDynamicShape, "EXE-4"),
         MutantInfo(StaleAsync, "EXE-3"),
         MutantInfo(CrashOn, "MLTS-2", "CRASH"),
