@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 #: The committed data: a wheel carries the repository's datasets/ as nncert/data; a checkout (or an
 #: editable install) reads datasets/ itself. The wheel's copy is looked for first, as the directory
 #: beside an installed nncert may be another distribution's (Hugging Face's ``datasets``).
-_HERE = Path(__file__).resolve()
-DATA_DIR = next((d for d in (_HERE.parents[1] / "data", _HERE.parents[2] / "datasets") if d.is_dir()),
-                _HERE.parents[2] / "datasets")
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+if not DATA_DIR.is_dir():
+    DATA_DIR = DATA_DIR.parents[1] / "datasets"
 
 #: The wake-word model names the positive speech clips carry (openWakeWord / microWakeWord).
 WAKE_WORDS = ("alexa", "hey_jarvis", "hey_mycroft", "okay_nabu", "hey_rhasspy")
