@@ -97,6 +97,21 @@ class Operand:
         return f"{self.type.name}{list(self.dimensions)}{q}"
 
 
+@dataclass(frozen=True)
+class OperandSpec:
+    """An operand's type and quantisation, without dimensions (what a model transformation
+    decides for an operand before it has a shape, or for an operand it rebuilds)."""
+
+    type: OperandType
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_quant: SymmPerChannelQuantParams | None = None
+
+    @classmethod
+    def of(cls, o: Operand) -> OperandSpec:
+        return cls(o.type, o.scale, o.zero_point, o.channel_quant)
+
+
 @dataclass
 class Operation:
     type: OperationType

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nncert.hal.builder import ModelBuilder
-from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams
+from nncert.hal.model import Model, Operand, OperandSpec, SymmPerChannelQuantParams
 from nncert.hal.types import OperandLifeTime, OperationType
 from nncert.hal.types import OperandType as T
 from nncert.ops import get
@@ -62,14 +62,6 @@ CHANNEL_SCALE_FLOOR = 2.0**-10
 _EIGHT_BIT = (*SCHEMES.values(), T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 _INT32_MAX = np.iinfo(np.int32).max
-
-
-@dataclass
-class _Params:
-    type: T
-    scale: float = 0.0
-    zero_point: int = 0
-    channel_quant: SymmPerChannelQuantParams | None = None
 
 
 @dataclass
@@ -244,7 +236,7 @@ def _symmetric_scale(values: np.ndarray, qmax: int) -> float:
 
 
 def _channel_dim(plan: _Plan, model: Model, n: int, inputs: list[int], outputs: list[int],
-                 weight_pos: int, bias_pos: int, scales_for: dict[int, _Params]) -> int:
+                 weight_pos: int, bias_pos: int, scales_for: dict[int, OperandSpec]) -> int:
     """The per-channel dimension of a filter: among the dimensions as long as the bias, the
     one the record's ``check`` accepts (the catalogue decides, e.g. 0 for CONV_2D, 3 for
     DEPTHWISE_CONV_2D)."""
@@ -375,7 +367,7 @@ def _roles(model: Model, plans: list[_Plan | None], new_type: dict[int, T], qtyp
 
 
 def _shared_params(model: Model, roles: _Roles, new_type: dict[int, T],
-                   ranges: dict[int, tuple[float, float]], qtype: T) -> dict[int, _Params]:
+                   ranges: dict[int, tuple[float, float]], qtype: T) -> dict[int, OperandSpec]:
     """Parameters of every quantised operand but weights and biases: per group, the fixed
     ones if a member has them, else the merged range of the members (calibrated, or the
     values of a constant)."""
@@ -392,7 +384,7 @@ def _shared_params(model: Model, roles: _Roles, new_type: dict[int, T],
     for idx, t in new_type.items():
         if t in SCHEMES.values() and idx not in roles.weights:
             by_root.setdefault(roles.groups.find(idx), []).append(idx)
-    params: dict[int, _Params] = {}
+    params: dict[int, OperandSpec] = {}
     for group in by_root.values():
         imposed = {roles.fixed[i] for i in group if i in roles.fixed}
         if len(imposed) > 1:
@@ -406,12 +398,12 @@ def _shared_params(model: Model, roles: _Roles, new_type: dict[int, T],
             hi = max((r[1] for r in spans), default=0.0)
             scale, zp = asymmetric(lo, hi, qtype)
         for i in group:
-            params[i] = _Params(new_type[i], scale, zp)
+            params[i] = OperandSpec(new_type[i], scale, zp)
     return params
 
 
 def _weight_params(model: Model, plans: list[_Plan | None], roles: _Roles, new_type: dict[int, T],
-                   params: dict[int, _Params]) -> None:
+                   params: dict[int, OperandSpec]) -> None:
     """Parameters of the constant weights, then of the biases (whose scales follow from the
     input's and the weights'), added to ``params``."""
     sg = model.main
@@ -429,34 +421,34 @@ def _weight_params(model: Model, plans: list[_Plan | None], roles: _Roles, new_t
             # it) gets the floor: its output is below one step of the shared output scale anyway.
             floor = max(float(peak.max()) * CHANNEL_SCALE_FLOOR, MIN_SCALE)
             scales = tuple(_f32(max(float(p), floor)) for p in peak)
-            params[w_idx] = _Params(t, 0.0, 0, SymmPerChannelQuantParams(scales, dim))
+            params[w_idx] = OperandSpec(t, 0.0, 0, SymmPerChannelQuantParams(scales, dim))
         elif t is T.TENSOR_QUANT8_ASYMM_SIGNED:
-            params[w_idx] = _Params(t, _symmetric_scale(w, 127), 0)
+            params[w_idx] = OperandSpec(t, _symmetric_scale(w, 127), 0)
         else:
-            params[w_idx] = _Params(t, *asymmetric(float(w.min()), float(w.max()), t))
+            params[w_idx] = OperandSpec(t, *asymmetric(float(w.min()), float(w.max()), t))
     for b_idx, (_, x_idx, w_idx) in roles.weight_of.items():
         w_params = params[w_idx]
         # A per-channel filter's bias has scale 0: each channel's is input x filter scale.
         bias_scale = 0.0 if w_params.channel_quant is not None else \
             _f32(np.float32(params[x_idx].scale) * np.float32(w_params.scale))
-        params[b_idx] = _Params(T.TENSOR_INT32, bias_scale, 0)
+        params[b_idx] = OperandSpec(T.TENSOR_INT32, bias_scale, 0)
 
 
-def _bias_values(model: Model, b_idx: int, x: _Params, w: _Params) -> np.ndarray:
+def _bias_values(model: Model, b_idx: int, x: OperandSpec, w: OperandSpec) -> np.ndarray:
     bias = model.constant_value(model.main.operands[b_idx]).astype(np.float64)
     scale = np.asarray(w.channel_quant.scales, np.float64) if w.channel_quant is not None else w.scale
     q = np.round(bias / (np.float64(x.scale) * scale))
     return np.clip(q, -_INT32_MAX, _INT32_MAX).astype(np.int32)
 
 
-def _rebuild(model: Model, params: dict[int, _Params], weight_of: dict[int, tuple[int, int, int]],
+def _rebuild(model: Model, params: dict[int, OperandSpec], weight_of: dict[int, tuple[int, int, int]],
              float_io: bool) -> Model:
     sg = model.main
     b = ModelBuilder()
     for idx, o in enumerate(sg.operands):
         p = params.get(idx)
-        t, scale, zp, cq = (p.type, p.scale, p.zero_point, p.channel_quant) if p else \
-            (o.type, o.scale, o.zero_point, o.channel_quant)
+        s = p or OperandSpec.of(o)
+        t, scale, zp, cq = s.type, s.scale, s.zero_point, s.channel_quant
         if o.lifetime in _CONSTANT:
             value = model.constant_value(o)
             if p is not None and idx in weight_of:

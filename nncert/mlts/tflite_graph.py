@@ -10,7 +10,6 @@ import dataclasses
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from nncert.drivers.compiled import Unmappable
 from nncert.drivers.litert.export import fb, tflite_type
 from nncert.hal.builder import ModelBuilder
-from nncert.hal.model import Operand, SymmPerChannelQuantParams, dtype_of
+from nncert.hal.model import Operand, OperandSpec, dtype_of
 from nncert.hal.types import FusedActivationFunc
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
@@ -102,19 +101,8 @@ def _parse(raw: bytes) -> Any:
     return model
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A HAL operand's type and quantisation, without dimensions."""
-
-    type: T
-    scale: float = 0.0
-    zero_point: int = 0
-    channel_quant: SymmPerChannelQuantParams | None = None
-
-    @classmethod
-    def of(cls, o: Operand) -> Spec:
-        return cls(o.type, o.scale, o.zero_point, o.channel_quant)
-
+#: A HAL operand's type and quantisation, without dimensions (the importer's short name).
+Spec = OperandSpec
 
 F32 = Spec(T.TENSOR_FLOAT32)
 I32 = Spec(T.TENSOR_INT32)
