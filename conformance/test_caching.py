@@ -27,7 +27,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
-from nncert.testing.harness import check_outputs, declined
+from nncert.testing.harness import check_outputs, decline, declined
 
 T = OperandType
 #: Operations of the long chain models (the VTS uses 100).
@@ -116,7 +116,7 @@ PAIRS = {"float": T.TENSOR_FLOAT32, "quant": T.TENSOR_QUANT8_ASYMM}
 def caching_driver(driver: Driver) -> Driver:
     needed = driver.number_of_cache_files_needed()
     if tuple(needed) == (0, 0):
-        pytest.skip(f"{driver.name} needs no cache files (number_of_cache_files_needed is (0, 0)): "
+        decline(f"{driver.name} needs no cache files (number_of_cache_files_needed is (0, 0)): "
                     f"no compilation caching")
     assert all(n >= 0 for n in needed), f"CACHE-2: negative number of cache files {needed}"
     return driver
@@ -179,7 +179,7 @@ def _supported_or_skip(driver: Driver, *models: Model) -> None:
     for model in models:
         reason = declined(driver, model)
         if reason:
-            pytest.skip(reason)
+            decline(reason)
 
 
 def _save(driver: Driver, model: Model, files: CacheFiles, token: bytes, **open_args) -> PreparedModel:

@@ -23,6 +23,7 @@ from nncert.testing.harness import (
     PATHS,
     add_model,
     check_outputs,
+    decline,
     declined,
     execute,
     prepare_or_skip,
@@ -62,7 +63,7 @@ def _allowed(bound: str) -> tuple[ErrorStatus, ...]:
 def test_prepare_with_every_priority(driver, priority):
     model = add_model(DIMS)
     if declined(driver, model):
-        pytest.skip(declined(driver, model))
+        decline(declined(driver, model))
     status, prepared = _prepare(driver, model, priority=priority)
     assert status is ErrorStatus.NONE, \
         f"EXE-10: prepare_model with priority {priority.name} gave {status.name}"
@@ -74,7 +75,7 @@ def test_prepare_with_every_priority(driver, priority):
 def test_prepare_with_a_deadline(driver, bound):
     model = add_model(DIMS)
     if declined(driver, model):
-        pytest.skip(declined(driver, model))
+        decline(declined(driver, model))
     status, prepared = _prepare(driver, model, deadline=_deadline(bound))
     assert status in _allowed(bound), \
         f"EXE-10: prepare_model with a deadline of {bound!r} gave {status.name}"
@@ -109,7 +110,7 @@ def test_prepare_with_a_past_deadline_is_missed(driver):
     such race.)"""
     model = add_model(DIMS)
     if declined(driver, model):
-        pytest.skip(declined(driver, model))
+        decline(declined(driver, model))
     status, prepared = _prepare(driver, model, deadline=time.monotonic_ns() - 1_000_000_000)
     assert status in MISSED, f"EXE-10: prepare_model with a deadline 1 s in the past gave {status.name}"
     assert prepared is None

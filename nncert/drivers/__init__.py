@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from nncert.drivers.base import Driver
+from nncert.hal.errors import describe_exception
 
 ENTRY_POINT_GROUP = "nncert.drivers"
 
@@ -76,8 +77,8 @@ def _import(path: str) -> Callable[..., Driver]:
     module, _, attr = path.partition(":")
     try:
         obj: Any = importlib.import_module(module)
-    except ImportError as e:
-        raise DriverSpecError(f"cannot import driver module {module!r}: {e}") from None
+    except Exception as e:  # a vendor module may fail any way at import (OSError opening a device)
+        raise DriverSpecError(f"cannot import driver module {module!r}: {describe_exception(e)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -92,7 +93,11 @@ def factory_for(name: str) -> Callable[..., Driver]:
     if name in BUILTIN:
         return _import(BUILTIN[name][0])
     for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        return ep.load()
+        try:
+            return ep.load()
+        except Exception as e:
+            raise DriverSpecError(f"driver {name!r} (entry point {ep.value}) cannot be loaded: "
+                                  f"{describe_exception(e)}") from None
     raise DriverSpecError(f"unknown driver {name!r}; known drivers: {', '.join(known_drivers())}")
 
 
@@ -108,8 +113,10 @@ def load_driver(spec: str, extra_options: dict[str, str] | None = None) -> Drive
         driver = factory(*args, **options)
     except DriverSpecError:
         raise
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError) as e:  # options the factory rejects
         raise DriverSpecError(f"driver {spec!r}: {e}") from None
+    except Exception as e:  # the factory could not start the driver (OSError: cannot open /dev/npu0)
+        raise DriverSpecError(f"driver {spec!r} could not be started: {describe_exception(e)}") from None
     if not isinstance(driver, Driver):
         raise DriverSpecError(f"driver {spec!r}: factory returned {type(driver).__name__}, not a Driver")
     return driver

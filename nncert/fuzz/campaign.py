@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nncert.resources import suites_root
 from nncert.testing.outcome import Kind, run_isolated, signal_name
 
-#: Where the targets' atheris scripts live: ``fuzz/<name>.py`` at the top of the repository.
-SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "fuzz"
+#: Where the targets' atheris scripts live: ``fuzz/<name>.py`` of the suites (nncert.resources).
+SCRIPTS_DIR = suites_root() / "fuzz"
 
 #: libFuzzer's artifact names: ``<kind>-<sha1 of the input>``.
 ARTIFACT_KINDS = ("crash", "timeout", "oom", "leak")

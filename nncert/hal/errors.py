@@ -59,3 +59,9 @@ def driver_fault_of(exc: BaseException | None) -> DriverFault | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: first line of the message``: one line, whatever the message."""
+    message = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

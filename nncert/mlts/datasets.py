@@ -27,15 +27,13 @@ from typing import TYPE_CHECKING, NamedTuple, overload
 
 import numpy as np
 
+from nncert.resources import data_dir
+
 if TYPE_CHECKING:
     from PIL import Image
 
-#: The committed data: a wheel carries the repository's datasets/ as nncert/data; a checkout (or an
-#: editable install) reads datasets/ itself. The wheel's copy is looked for first, as the directory
-#: beside an installed nncert may be another distribution's (Hugging Face's ``datasets``).
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
-if not DATA_DIR.is_dir():
-    DATA_DIR = DATA_DIR.parents[1] / "datasets"
+#: The committed data (nncert/data in a wheel, datasets/ in a checkout).
+DATA_DIR = data_dir()
 
 #: The wake-word model names the positive speech clips carry (openWakeWord / microWakeWord).
 WAKE_WORDS = ("alexa", "hey_jarvis", "hey_mycroft", "okay_nabu", "hey_rhasspy")

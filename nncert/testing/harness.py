@@ -4,6 +4,7 @@ and judge the outputs. One place, so every suite skips, fails and reports the sa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import numpy as np
 import pytest
@@ -77,6 +78,18 @@ def wait_fence(fence: SyncFence | None) -> None:
                                   f"{hang_timeout():g} s")
 
 
+class Declined(pytest.skip.Exception):
+    """The skip of a test whose driver declines what it needs: an operation or type in
+    ``supported_operations``, an optional feature (compilation caching, memory domains), a
+    newer HAL version. A certification report counts it DECLINED, with the driver's reason,
+    never as silently skipped."""
+
+
+def decline(reason: str) -> NoReturn:
+    """Skip the current test as declined by the driver, for ``reason``."""
+    raise Declined(reason, allow_module_level=True)
+
+
 class CaseError(AssertionError):
     """A case that ran and broke a rule; the message names the requirement (DRV-2, EXE-4,
     ACC-*). An AssertionError, so that a test raising it fails as any assertion does.
@@ -102,7 +115,7 @@ def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:
     A claimed model that then fails to prepare is a failure (DRV-2)."""
     reason = declined(driver, model)
     if reason:
-        pytest.skip(reason)
+        decline(reason)
     try:
         return prepare_claimed(driver, model)
     except CaseError as e:
@@ -178,4 +191,4 @@ def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = 
         model, feeds = case.model(variation)
         pytest.fail(f"{e}{three_way(model, feeds, case.expected, e.outputs, variation == 'relaxed')}")
     if reason:
-        pytest.skip(reason)
+        decline(reason)

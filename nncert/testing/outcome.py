@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NoReturn
 
-from nncert.hal.errors import driver_fault_of
+from nncert.hal.errors import describe_exception, driver_fault_of
 
 #: How much of the child's output an Outcome keeps: enough for a traceback or a fatal error.
 TAIL_CHARS = 2000
@@ -83,12 +83,6 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: first line of the message``: one line, whatever the message."""
-    message = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def classify_exception(exc: BaseException) -> Outcome:
     """FAILURE naming the exception, unless a DriverFault is behind it: then the driver's own
     process died or hung during the call, and the outcome is the fault's CRASH or HANG."""
@@ -96,7 +90,7 @@ def classify_exception(exc: BaseException) -> Outcome:
     if fault is not None:
         reason = fault.message.removeprefix(f"{fault.outcome}: ").strip().partition("\n")[0]
         return Outcome(Kind(fault.outcome), reason, stderr_tail=fault.detail[-TAIL_CHARS:])
-    return Outcome(Kind.FAILURE, _describe(exc))
+    return Outcome(Kind.FAILURE, describe_exception(exc))
 
 
 def run_isolated(fn: Callable[..., Any], /, *args: Any, timeout: float, **kwargs: Any) -> Outcome:
@@ -174,7 +168,7 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
         try:
             data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
         except Exception as e:
-            unpicklable = Outcome(Kind.FAILURE, f"return value cannot be pickled: {_describe(e)}")
+            unpicklable = Outcome(Kind.FAILURE, f"return value cannot be pickled: {describe_exception(e)}")
             data = pickle.dumps(("raised", unpicklable))
         view = memoryview(data)
         while view:
@@ -281,7 +275,8 @@ def _classify(data: bytes, status: int | None) -> Outcome:
     try:
         tag, payload = pickle.loads(data)
     except Exception as e:
-        return Outcome(Kind.FAILURE, f"the answer cannot be unpickled: {_describe(e)}", exit_code=code)
+        return Outcome(Kind.FAILURE, f"the answer cannot be unpickled: {describe_exception(e)}",
+                       exit_code=code)
     outcome = Outcome(Kind.SUCCESS, value=payload) if tag == "value" else payload
     outcome.exit_code = code
     return outcome
