@@ -8,7 +8,17 @@ options, matched against the spec's options over the file's ``[defaults]``. A co
 that passes is an error (strict), so an entry goes as soon as the runtime is fixed; nothing
 is hidden by a tolerance.
 
+A discrepancy belongs to a runtime release, so the verdict must follow the runtime
+installed: the top-level ``runtime`` names the distribution the file is about (its version
+is read with importlib.metadata), and an entry's ``versions`` (a PEP 440 specifier set) the
+releases it was seen to fail with. An entry outside its range, or for a runtime that is not
+installed, is not applied; ``load_report`` returns such entries beside the applied ones,
+each with why, and an applied entry that passes says which release fixed it
+(``Expectation.fixed_message``). An entry without ``versions`` applies to every release.
+
 ```toml
+runtime = "ai-edge-litert"
+
 [defaults]
 kernels = "xnnpack"
 
@@ -16,6 +26,7 @@ kernels = "xnnpack"
 test = ["conformance/test_operations.py::test_operation[SOFTMAX-quant8_asymm_signed-*]",
         "conformance/test_execution.py::*[SOFTMAX-quant8_asymm_signed-*]"]
 when = ["kernels=ref"]
+versions = ">=2.3.0"
 reason = "the reference SOFTMAX aborts on an int8 input of scale 1e-8"
 magnitude = "process abort (SIGABRT)"
 reproduce = "python -m pytest '...' --driver=service:litert:kernels=ref"
@@ -29,12 +40,17 @@ import fnmatch
 import sys
 import tomllib
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from nncert.drivers import factory_for, parse_spec
 
 FILE_NAME = "expectations.toml"
-_KEYS = {"test", "when", "reason", "reproduce", "magnitude", "agrees_with"}
+_TOP_KEYS = {"runtime", "defaults", "xfail"}
+_KEYS = {"test", "when", "versions", "reason", "reproduce", "magnitude", "agrees_with"}
 
 
 class ExpectationsError(ValueError):
@@ -50,6 +66,12 @@ class Expectation:
     magnitude: str = ""
     agrees_with: str = ""
     source: str = ""
+    #: The distribution the file is about (its ``runtime``), "" when it names none.
+    runtime: str = ""
+    #: The entry's specifier set over the runtime's releases, "" for every release.
+    versions: str = ""
+    #: The runtime's version the entry was checked against when loaded, "" when not installed.
+    runtime_version: str = ""
 
     def covers(self, nodeid: str) -> bool:
         # Only * and ? are wildcards: node ids are full of brackets.
@@ -65,7 +87,39 @@ class Expectation:
             text += f" ({self.magnitude})"
         if self.agrees_with:
             text += f"; agrees with {self.agrees_with}"
-        return f"{text} [{self.source}]"
+        where = self.source
+        if self.runtime:
+            where += f"; {self.runtime} {self.runtime_version or 'not installed'}"
+            if self.versions:
+                where += f" (entry: {self.versions})"
+        return f"{text} [{where}]"
+
+    def fixed_message(self) -> str:
+        """What a report says when a test this entry covers passes (a strict XPASS): the release
+        that fixed the discrepancy, and the range that would keep the entry to the releases
+        before it."""
+        if not (self.runtime and self.runtime_version):
+            return f"no longer fails, so the discrepancy {self.source} records is fixed: delete the entry"
+        # The fixing release is the new upper bound; the entry's lower bounds stay.
+        kept = [str(s) for s in SpecifierSet(self.versions) if s.operator not in ("<", "<=")]
+        before = SpecifierSet(",".join([*kept, f"<{self.runtime_version}"]))
+        return (f"fixed in {self.runtime} {self.runtime_version}: {self.source} no longer fails; "
+                f'give it versions = "{before}"')
+
+
+class NotApplied(NamedTuple):
+    """An entry that does not apply to this driver and runtime, and why."""
+
+    expectation: Expectation
+    why: str
+
+
+class LoadReport(NamedTuple):
+    """What was loaded for a driver: the entries applied, and those that were not (for a report
+    to list)."""
+
+    applied: list[Expectation]
+    not_applied: list[NotApplied]
 
 
 def hosted_spec(spec: str) -> str:
@@ -88,12 +142,30 @@ def driver_file(spec: str) -> Path | None:
     return path if Path(where).name == "__init__.py" and path.is_file() else None
 
 
-def load_file(path: Path, spec: str) -> list[Expectation]:
-    """The entries of ``path`` that apply to driver ``spec``."""
+def installed_version(distribution: str) -> str:
+    """The installed version of ``distribution``, "" when it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def load_file_report(path: Path, spec: str) -> LoadReport:
+    """The entries of ``path``, split into those that apply to driver ``spec`` and the
+    installed runtime, and those that do not."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ExpectationsError(f"{path}: {e}") from None
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ExpectationsError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} "
+                                f"(known: {', '.join(sorted(_TOP_KEYS))})")
+    runtime = data.get("runtime", "")
+    if not isinstance(runtime, str):
+        raise ExpectationsError(f"{path}: 'runtime' must be the runtime's distribution name, a string")
+    runtime = runtime.strip()
+    version = installed_version(runtime) if runtime else ""
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ExpectationsError(f"{path}: [defaults] must be a table")
@@ -102,7 +174,7 @@ def load_file(path: Path, spec: str) -> list[Expectation]:
     entries = data.get("xfail", [])
     if not isinstance(entries, list):
         raise ExpectationsError(f"{path}: xfail must be an array of tables ([[xfail]])")
-    out = []
+    out = LoadReport([], [])
     for n, entry in enumerate(entries, 1):
         where = f"{path}: [[xfail]] entry {n}"
         if not isinstance(entry, dict):
@@ -123,21 +195,73 @@ def load_file(path: Path, spec: str) -> list[Expectation]:
             when = [when]
         if not isinstance(when, list) or not all(isinstance(w, str) and "=" in w for w in when):
             raise ExpectationsError(f"{where}: 'when' must be a list of KEY=VALUE strings")
+        versions = _versions(entry, where, runtime)
         exp = Expectation(tuple(tests), entry["reason"].strip(), tuple(when),
                           str(entry.get("reproduce", "")), str(entry.get("magnitude", "")),
-                          str(entry.get("agrees_with", "")), f"{path.name}#{n}")
-        if exp.applies(options):
-            out.append(exp)
+                          str(entry.get("agrees_with", "")), f"{path.parent.name}/{path.name}#{n}",
+                          runtime, str(versions) if versions is not None else "", version)
+        why = _not_applied_why(exp, options, versions)
+        if why:
+            out.not_applied.append(NotApplied(exp, why))
+        else:
+            out.applied.append(exp)
+    return out
+
+
+def _versions(entry: dict, where: str, runtime: str) -> SpecifierSet | None:
+    """The entry's ``versions`` as a specifier set, None when it has none."""
+    if "versions" not in entry:
+        return None
+    text = entry["versions"]
+    if not runtime:
+        raise ExpectationsError(f"{where}: 'versions' needs the file's top-level runtime = "
+                                f"\"DISTRIBUTION\" (whose releases it ranges over)")
+    if not isinstance(text, str) or not text.strip():
+        raise ExpectationsError(f"{where}: 'versions' must be a PEP 440 specifier set such as \"<1.32\"")
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ExpectationsError(f"{where}: 'versions' = {text!r} is not a PEP 440 specifier set "
+                                f"(for example \">=2.3\" or \">=1.20,<1.32\")") from None
+
+
+def _not_applied_why(exp: Expectation, options: dict[str, str], versions: SpecifierSet | None) -> str:
+    """Why ``exp`` does not apply to a driver with ``options`` and the installed runtime; ""
+    when it does."""
+    if not exp.applies(options):
+        have = ", ".join(f"{k}={options.get(k, '(unset)')}" for k in dict.fromkeys(
+            w.partition("=")[0] for w in exp.when))
+        return f"applies when {' and '.join(exp.when)}; the driver runs with {have}"
+    if versions is None:
+        return ""
+    if not exp.runtime_version:
+        return f"applies to {exp.runtime} {versions}; {exp.runtime} is not installed"
+    # A runtime's nightly or release candidate is judged like a release: it is what runs.
+    if not versions.contains(exp.runtime_version, prereleases=True):
+        return f"applies to {exp.runtime} {versions}; installed {exp.runtime_version}"
+    return ""
+
+
+def load_file(path: Path, spec: str) -> list[Expectation]:
+    """The entries of ``path`` that apply to driver ``spec`` and the installed runtime."""
+    return load_file_report(path, spec).applied
+
+
+def load_report(spec: str, extra: list[str] | tuple[str, ...] = ()) -> LoadReport:
+    """Every expectation for driver ``spec`` (its package's file, then ``extra`` files), split
+    into the entries applied and those not applied, with why."""
+    paths = [p for p in [driver_file(spec)] if p is not None] + [Path(p) for p in extra]
+    out = LoadReport([], [])
+    for p in paths:
+        one = load_file_report(p, spec)
+        out.applied.extend(one.applied)
+        out.not_applied.extend(one.not_applied)
     return out
 
 
 def load(spec: str, extra: list[str] | tuple[str, ...] = ()) -> list[Expectation]:
-    """Every expectation for driver ``spec``: its package's file, then ``extra`` files."""
-    paths = [p for p in [driver_file(spec)] if p is not None] + [Path(p) for p in extra]
-    out: list[Expectation] = []
-    for p in paths:
-        out.extend(load_file(p, spec))
-    return out
+    """The expectations that apply to driver ``spec``: its package's file, then ``extra`` files."""
+    return load_report(spec, extra).applied
 
 
 def match(expectations: list[Expectation], nodeid: str) -> Expectation | None:
