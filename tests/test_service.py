@@ -407,6 +407,217 @@ def test_a_request_too_big_for_the_burst_queue_takes_the_ordinary_path(service, 
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
+def _status(call) -> ErrorStatus:
+    try:
+        call()
+    except DriverFault:
+        raise
+    except HalError as e:
+        return e.status
+    return ErrorStatus.NONE
+
+
+def _raw_hello(address: str, body: dict) -> dict:
+    """The reply to a first call on a connection of its own."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(address)
+        wire.send_message(sock, 1, {"op": "hello", **body})
+        got = wire.recv_message(sock)
+    assert got is not None, "the service closed the connection instead of answering"
+    return got[1]
+
+
+def test_fields_of_the_wrong_json_type_are_invalid_argument(service):
+    """The protocol converts nothing: a number where an integer belongs, a boolean where a
+    number belongs, a string of digits, are malformed calls (INVALID_ARGUMENT, never a
+    GENERAL_FAILURE or a silent conversion)."""
+    from nncert.drivers.service.fmq import MessageQueue
+
+    model, feeds = _add_model(), _feeds()
+    prepared = service.prepare_model(model)  # handle 1: `true` must not find it
+    burst = prepared.configure_execution_burst()
+    request = build_request(model, feeds)
+
+    def execute_call(op: str = "execute", **change):
+        def call():
+            fds: list[int] = []
+            body = {"handle": prepared.handle, "mode": "sync", "request": wire.encode_request(request, fds),
+                    "measure": 0, "deadline": None, "loop_timeout": None}
+            if op == "execute_fenced":
+                body["fences"] = 0
+            for key, value in change.items():
+                if key == "first_input":
+                    body["request"]["inputs"][0] = value
+                elif key == "first_pool":
+                    body["request"]["pools"][0] = value
+                else:
+                    body[key] = value
+            service.conn.call(op, body, fds=fds)
+        return call
+
+    def prepare_call(**change):
+        def call():
+            fds: list[int] = []
+            desc, blob = wire.encode_model(model, fds)
+            body = {"model": desc, "preference": 1, "priority": 90, "deadline": None, **change}
+            if "relax" in change:
+                desc["relax"] = body.pop("relax")
+            service.conn.call("prepare_model", body, blob, fds)
+        return call
+
+    def slot_call(op: str, slot):
+        def call():
+            fds: list[int] = []
+            body = {"handle": burst.handle, "slot": slot}
+            if op == "burst_memory":
+                body["pool"] = wire.encode_pool(request.pools[0], fds)
+            service.conn.call(op, body, fds=fds)
+        return call
+
+    def bad_ring():
+        queues = [MessageQueue.create(256), MessageQueue.create(256)]
+        queues[0].memory.view()[20] = 2  # layout version 2
+        try:
+            service.conn.call("burst_configure", {"handle": prepared.handle, "queue_size": 64 + 256},
+                              fds=queues[0].fds() + queues[1].fds())
+        finally:
+            for q in queues:
+                q.close()
+
+    cases = {
+        "measure true": execute_call(measure=True),
+        "measure 1.0": execute_call(measure=1.0),
+        "handle true": execute_call(handle=True),
+        "deadline string": execute_call(deadline="soon"),
+        "loop_timeout float": execute_call(loop_timeout=1.5),
+        "location of 2": execute_call(first_input=[False, [0, 0], []]),
+        "location of 5": execute_call(first_input=[False, [0, 0, 16, 0, 0], []]),
+        "has_no_value 0": execute_call(first_input=[0, [0, 0, 16, 0], []]),
+        "token string": execute_call(first_pool={"token": "1"}),
+        "pool size string": execute_call(first_pool={"kind": "ashmem", "size": "32", "offset": 0}),
+        "fences string": execute_call("execute_fenced", fences="0"),
+        "relax 1": prepare_call(relax=1),
+        "model_cache 0.0": prepare_call(model_cache=0.0),
+        "cache token not hex": prepare_call(token="xyz0"),
+        "cache token odd": prepare_call(token="abc"),
+        "prepare deadline string": prepare_call(deadline="soon"),
+        "slot string": slot_call("burst_memory", "3"),
+        "slot true": slot_call("burst_memory", True),
+        "release slot 1.0": slot_call("burst_release_memory", 1.0),
+        "ring layout 2": bad_ring,
+    }
+    wrong = {what: status.name for what, call in cases.items()
+             if (status := _status(call)) is not ErrorStatus.INVALID_ARGUMENT}
+    assert not wrong, f"expected INVALID_ARGUMENT: {wrong}"
+    for body in ({"protocol": True, "pid": os.getpid()}, {"protocol": 1, "join": [1], "key": "x"},
+                 {"protocol": 1, "join": 1, "key": "\u00e9" * 32}):
+        reply = _raw_hello(service.address, body)
+        assert reply["status"] == ErrorStatus.INVALID_ARGUMENT, f"hello {body}: {reply}"
+    np.testing.assert_array_equal(_run(prepared, model, feeds, "burst"), feeds[0] + feeds[1])
+
+
+def test_a_registered_burst_slot_names_its_memory_until_released(service):
+    """BURST-2: registering a slot again is refused (the driver may have cached the first
+    memory); releasing works for a registered slot only, and frees the slot id."""
+    model = _add_model()
+    feeds, later = _feeds(seed=1), _feeds(seed=2)
+    burst = service.prepare_model(model).configure_execution_burst()
+    request, other = build_request(model, feeds), build_request(model, later)
+    burst.execute(request, [0, 1])
+
+    def register(slot: int):
+        fds: list[int] = []
+        desc = wire.encode_pool(other.pools[0], fds)
+        return lambda: service.conn.call("burst_memory", {"handle": burst.handle, "slot": slot, "pool": desc},
+                                         fds=fds)
+
+    assert _status(register(0)) is ErrorStatus.INVALID_ARGUMENT
+    burst.execute(request, [0, 1])  # still slot 0's first memory
+    np.testing.assert_array_equal(read_outputs(model, request, [(4,)])[0], feeds[0] + feeds[1])
+    for slot in (7, -1, 2**63):
+        release = lambda s=slot: service.conn.call("burst_release_memory",  # noqa: E731
+                                                   {"handle": burst.handle, "slot": s})
+        assert _status(release) is ErrorStatus.INVALID_ARGUMENT, f"releasing slot {slot}"
+    burst.release_memory_resource(0)
+    assert _status(register(0)) is ErrorStatus.NONE
+
+
+def _publish(b, frame: bytes) -> None:
+    """Raw bytes on a burst's request ring, published at once (as a faulty client would)."""
+    queue = b.requests
+    head, tail = queue._index[0], queue._index[1]
+    assert queue.capacity - (tail - head) >= len(frame)
+    queue._copy_in(tail, frame)
+    queue._index[1] = tail + len(frame)
+    os.eventfd_write(queue.data_fd, 1)
+
+
+def test_a_corrupt_request_length_drops_what_was_published_and_gets_one_result(service):
+    """The recovery rule: a length beyond the published bytes loses the message boundaries, so
+    the service drops every byte published so far, answers once (INVALID_ARGUMENT) and reads on
+    from there; the burst then works."""
+    import struct
+
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    burst.execute(build_request(model, feeds), [0, 1])
+    valid = json.dumps({"slots": [0, 1], "inputs": [[False, [0, 0, 16, 0], []], [False, [0, 16, 16, 0], []]],
+                        "outputs": [[False, [1, 0, 16, 0], []]], "measure": 0}).encode()
+    # A corrupt header, then a whole valid message, published together: both are dropped.
+    frame = struct.pack("<I", 1 << 20) + b"{}" + struct.pack("<I", len(valid)) + valid
+    with burst._lock:
+        _publish(burst, frame)
+        reply = json.loads(burst.results.read(time.monotonic() + 10))
+        assert reply["status"] == ErrorStatus.INVALID_ARGUMENT, reply
+        with pytest.raises(QueueTimeout):  # one result for the lot
+            burst.results.read(time.monotonic() + 0.3)
+        assert burst.requests._index[0] == burst.requests._index[1], "the published bytes were not dropped"
+    np.testing.assert_array_equal(_run(burst.prepared, model, feeds, "burst"), feeds[0] + feeds[1])
+
+
+def test_a_burst_result_too_big_for_its_ring_becomes_an_error_result(service, monkeypatch):
+    """Every request gets exactly one result: one that cannot fit the result ring (here the
+    message naming 1,500 unknown slots) is replaced by GENERAL_FAILURE, and the burst goes on."""
+    from nncert.drivers.service import RemoteBurst
+
+    monkeypatch.setattr(RemoteBurst, "QUEUE_CAPACITY", 4096)
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    burst.execute(build_request(model, feeds), [0, 1])
+    payload = json.dumps({"slots": [7] * 1500, "inputs": [], "outputs": [], "measure": 0},
+                         separators=(",", ":")).encode()
+    assert burst.requests.fits(payload)
+    with burst._lock:
+        burst.requests.write(payload)
+        try:
+            reply = json.loads(burst.results.read(time.monotonic() + 10))
+        except QueueTimeout:
+            pytest.fail("no result: the burst worker stopped")
+    assert reply["status"] == ErrorStatus.GENERAL_FAILURE and "does not fit" in reply["message"], reply
+    np.testing.assert_array_equal(_run(burst.prepared, model, feeds, "burst"), feeds[0] + feeds[1])
+
+
+def test_an_unreadable_burst_result_is_the_services_death(service):
+    """A result ring with a corrupt length can only come from a broken service: the client
+    says CRASH and kills it, as for a framing error in a reply, instead of a ValueError."""
+    import struct
+
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    results = burst.results
+    tail = results._index[1]
+    results._copy_in(tail, struct.pack("<I", 1 << 20))
+    results._index[1] = tail + 4
+    pid = service.conn.service_pid
+    with pytest.raises(DriverFault) as info:
+        burst.execute(build_request(model, feeds), [0, 1])
+    assert info.value.outcome == "CRASH" and "unreadable result" in str(info.value)
+    assert not service.alive()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 #: Conformance tests of what only a hosted driver has (a message queue, a second client):
 #: they skip in process.
 HOSTED_ONLY = {"test_malformed_queue_message_gets_an_error_result", "test_token_of_another_client"}

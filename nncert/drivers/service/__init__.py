@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from nncert.drivers import DriverSpecError
 from nncert.drivers.base import (
@@ -175,9 +175,7 @@ class Connection:
             raise self.error()
         if got[0] != call_id:
             wire.close_fds(got[3])
-            self._fail(DriverFault("CRASH", f"the service answered call {got[0]} to call {call_id}"))
-            self.kill()
-            raise self.error()
+            self.broken(f"the service answered call {got[0]} to call {call_id}")
         return got[1], got[2], got[3]
 
     def limit(self, deadline: Deadline) -> float:
@@ -219,6 +217,14 @@ class Connection:
                                        f"was killed", self.stderr_tail()))
         self.kill()
         self.check()
+
+    def broken(self, reason: str) -> NoReturn:
+        """The service said something no working service says (a reply to another call, an
+        unreadable burst result): it is dead to us (CRASH), and killed so that it cannot
+        answer anyone else wrongly."""
+        self._fail(DriverFault("CRASH", reason, self.stderr_tail()))
+        self.kill()
+        raise self.error()
 
     def kill(self) -> None:
         pid = self.service_pid
@@ -430,12 +436,18 @@ class RemoteBurst(Burst):
             try:
                 self.requests.write(payload, give_up, abort)
                 reply = json.loads(self.results.read(give_up, abort, self.POLL_S))
+                if not isinstance(reply, dict):
+                    raise ValueError(f"a burst result is not a JSON object: {reply!r:.80}")
             except QueueAborted:  # the service process ended (BURST-4)
                 self.conn.died("burst execution")
                 raise self.conn.error() from None
             except QueueTimeout:
                 self.conn.hang("burst execution", limit)
                 raise self.conn.error() from None
+            except ValueError as e:
+                # A result ring the service corrupted is a broken service, as a framing error
+                # in a reply is: never read on from a lost message boundary.
+                self.conn.broken(f"burst execution: unreadable result: {e}")
         raise_for_status(reply)
         return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
 

@@ -22,6 +22,7 @@ import os
 import secrets
 import select
 import socket
+import string
 import sys
 import threading
 import traceback
@@ -68,14 +69,22 @@ class BurstWorker:
             while True:
                 try:
                     message = self.requests.read(None, (self.stop_fd,), self.POLL_S)
-                except CorruptMessageError as e:  # answer it, so that the client never waits in vain
-                    reply = HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed burst message: {e}")
-                    self.results.write(json.dumps(error_body(reply)).encode(), None, (self.stop_fd,))
-                    continue
-                self.results.write(self._run(message), None, (self.stop_fd,))
+                except CorruptMessageError as e:
+                    # read() has dropped every published byte (message boundaries are lost);
+                    # one result answers them, so that the client never waits in vain (VAL-1).
+                    result = _encode(error_body(HalError(ErrorStatus.INVALID_ARGUMENT,
+                                                         f"malformed burst message: {e}")))
+                else:
+                    result = self._run(message)
+                if not self.results.fits(result):
+                    # Every request gets exactly one result, however long the driver's message.
+                    result = _encode(error_body(HalError(
+                        ErrorStatus.GENERAL_FAILURE, f"the result ({len(result)} bytes) does not fit the "
+                                                     f"result ring ({self.results.capacity} bytes)")))
+                self.results.write(result, None, (self.stop_fd,))
         except QueueAborted:
             pass
-        except Exception as e:  # a corrupt ring: say so; the client then times out
+        except Exception as e:  # a bug of the worker: say so; the client then times out
             print(f"nncert service: burst stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         finally:
             self.requests.close()
@@ -92,7 +101,7 @@ class BurstWorker:
             body = ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
         except Exception as e:
             body = error_body(e)
-        return json.dumps(body, separators=(",", ":")).encode()
+        return _encode(body)
 
     def _decode(self, message: bytes) -> tuple[Request, list[int], MeasureTiming, int | None, int | None]:
         """A burst request message; anything malformed in it is INVALID_ARGUMENT (VAL-1)."""
@@ -101,9 +110,8 @@ class BurstWorker:
             slots = list(wire.iter_ints(d["slots"], "slots"))
             inputs, outputs = wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"])
             measure = wire.enum_strict(MeasureTiming, d["measure"])
-            times = [d.get("deadline"), d.get("loop_timeout")]
-            if any(t is not None and t.__class__ is not int for t in times):
-                raise ValueError(f"deadline and loop_timeout must be integers or null, not {times}")
+            times = [wire.optional_integer(d.get("deadline"), "deadline"),
+                     wire.optional_integer(d.get("loop_timeout"), "loop_timeout")]
         except (HalError, wire.ProtocolError):
             raise
         except Exception as e:
@@ -118,6 +126,35 @@ class BurstWorker:
         with self._stop_lock:
             if self.stop_fd >= 0:  # not already stopped on its own
                 os.eventfd_write(self.stop_fd, 1)
+
+
+def _encode(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+#: Burst memory slot ids are non-negative int64 values (the HAL's int32/int64 slot).
+SLOT_LIMIT = 2**63
+
+
+def _slot(value: Any) -> int:
+    """A burst memory slot id; anything outside 0 .. 2**63 - 1 is INVALID_ARGUMENT (VAL-1)."""
+    slot = wire.integer(value, "memory slot")
+    if not 0 <= slot < SLOT_LIMIT:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid memory slot {slot}")
+    return slot
+
+
+def _token(value: Any) -> bytes:
+    """A compilation-cache token: a string of hex digits, two per byte."""
+    if not isinstance(value, str) or len(value) % 2 or not all(c in string.hexdigits for c in value):
+        raise wire.ProtocolError(f"cache token {value!r:.80} is not a string of hex digit pairs")
+    return bytes.fromhex(value)
+
+
+def _times(body: dict) -> tuple[int | None, int | None]:
+    """An execution's deadline (absolute CLOCK_MONOTONIC ns) and loop timeout (ns), or null."""
+    return (wire.optional_integer(body.get("deadline"), "deadline"),
+            wire.optional_integer(body.get("loop_timeout"), "loop_timeout"))
 
 
 class FencedEntry:
@@ -178,7 +215,8 @@ class Client:
         return handle
 
     def get(self, handle: Any, kind: type) -> Any:
-        obj = self.handles.get(handle)
+        # Only an integer names a handle (True and 1.0 would find handle 1 in the dict).
+        obj = self.handles.get(handle) if handle.__class__ is int else None
         if not isinstance(obj, kind):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"no {kind.__name__} with handle {handle!r}")
         return obj
@@ -272,8 +310,9 @@ class Session(BufferOps):
     def op_hello(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         if self.client is not None:
             raise wire.ProtocolError("hello twice on one connection")
-        if body.get("protocol") != wire.PROTOCOL_VERSION:
-            raise wire.ProtocolError(f"client speaks protocol {body.get('protocol')!r}, "
+        protocol = body.get("protocol")
+        if protocol.__class__ is not int or protocol != wire.PROTOCOL_VERSION:
+            raise wire.ProtocolError(f"client speaks protocol {protocol!r:.40}, "
                                      f"this service {wire.PROTOCOL_VERSION}")
         self.client = self.service.attach(body.get("join"), body.get("key"))
         if self.client.owner and body.get("join") is None and isinstance(body.get("pid"), int):
@@ -318,7 +357,8 @@ class Session(BufferOps):
     def _caches(self, body: dict, fdr: wire.FdReader) -> tuple[list[int], list[int]]:
         """The cache files' descriptors (taken last: nothing may fail between taking them and
         the hosted call, whose ``finally`` closes them)."""
-        n_model, n_data = int(body.get("model_cache", 0)), int(body.get("data_cache", 0))
+        n_model = wire.count(body.get("model_cache", 0), "model_cache")
+        n_data = wire.count(body.get("data_cache", 0), "data_cache")
         if fdr.remaining() != n_model + n_data:
             raise wire.ProtocolError(f"{n_model} + {n_data} cache files announced, "
                                      f"{fdr.remaining()} descriptors left")
@@ -328,21 +368,22 @@ class Session(BufferOps):
         model = wire.decode_model(body["model"], blob, fdr)
         preference = wire.enum_or_int(ExecutionPreference, body["preference"])
         priority = wire.enum_or_int(Priority, body["priority"])
-        token = bytes.fromhex(body["token"]) if body.get("token") is not None else None
+        token = _token(body["token"]) if body.get("token") is not None else None
+        deadline = wire.optional_integer(body.get("deadline"), "deadline")
         model_cache, data_cache = self._caches(body, fdr)
         try:
-            prepared = self.driver.prepare_model(model, preference, priority, body.get("deadline"),
+            prepared = self.driver.prepare_model(model, preference, priority, deadline,
                                                  model_cache, data_cache, token)
         finally:
             wire.close_fds(model_cache + data_cache)
         return ok({"handle": self.add(prepared)}), b"", []
 
     def op_prepare_model_from_cache(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
-        token = bytes.fromhex(body["token"])
+        token = _token(body["token"])
+        deadline = wire.optional_integer(body.get("deadline"), "deadline")
         model_cache, data_cache = self._caches(body, fdr)
         try:
-            prepared = self.driver.prepare_model_from_cache(body.get("deadline"), model_cache, data_cache,
-                                                            token)
+            prepared = self.driver.prepare_model_from_cache(deadline, model_cache, data_cache, token)
         finally:
             wire.close_fds(model_cache + data_cache)
         return ok({"handle": self.add(prepared)}), b"", []
@@ -353,7 +394,7 @@ class Session(BufferOps):
         request = wire.decode_request(body["request"], fdr)
         self.check_tokens(request.pools)  # VAL-2
         measure = wire.enum_strict(MeasureTiming, body["measure"])
-        deadline, loop_timeout = body.get("deadline"), body.get("loop_timeout")
+        deadline, loop_timeout = _times(body)
         if body.get("mode") == "async":
             result = prepared.execute(request, measure, deadline, loop_timeout).wait(None)
             shapes, timing = result.raise_for_status()
@@ -365,10 +406,12 @@ class Session(BufferOps):
         prepared = self.get(body["handle"], PreparedModel)
         request = wire.decode_request(body["request"], fdr)
         self.check_tokens(request.pools)  # VAL-2
-        wait_for = [SyncFence.adopt(fdr.take()) for _ in range(int(body["fences"]))]
-        fence, callback = prepared.execute_fenced(
-            request, wait_for, wire.enum_strict(MeasureTiming, body["measure"]), body.get("deadline"),
-            body.get("loop_timeout"), body.get("timeout_after_fence"))
+        measure = wire.enum_strict(MeasureTiming, body["measure"])
+        deadline, loop_timeout = _times(body)
+        after_fence = wire.optional_integer(body.get("timeout_after_fence"), "timeout_after_fence")
+        wait_for = [SyncFence.adopt(fdr.take()) for _ in range(wire.count(body["fences"], "fences"))]
+        fence, callback = prepared.execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                                  after_fence)
         handle = self.add(FencedEntry(callback, fence))
         return ok({"callback": handle, "fence": fence is not None}), b"", [fence.fd] if fence else []
 
@@ -380,7 +423,7 @@ class Session(BufferOps):
     # -- bursts (BURST-1..4) --
     def op_burst_configure(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
-        size = int(body["queue_size"])
+        size = wire.integer(body["queue_size"], "queue_size")
         if fdr.remaining() != 6:
             raise wire.ProtocolError(f"a burst needs 6 descriptors, {fdr.remaining()} arrived")
         queues: list[MessageQueue] = []
@@ -390,10 +433,10 @@ class Session(BufferOps):
                 data_fd, space_fd = fdr.take(), fdr.take()
                 try:
                     queues.append(MessageQueue(memory, data_fd, space_fd))
-                except ValueError:
+                except ValueError as e:  # not a ring the client laid out: a bad argument
                     memory.close()
                     wire.close_fds([data_fd, space_fd])
-                    raise
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, str(e)) from None
             worker = BurstWorker(prepared.configure_execution_burst(), *queues)
         except BaseException:
             for queue in queues:
@@ -403,21 +446,36 @@ class Session(BufferOps):
 
     def op_burst_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         worker = self.get(body["handle"], BurstWorker)
-        slot = int(body["slot"])
-        if not 0 <= slot < 2**63:  # a slot id is a non-negative int64 (VAL-1), as Burst checks
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid memory slot {slot}")
+        slot = _slot(body["slot"])
+        if slot in worker.slots:
+            # A slot names one memory until it is released (BURST-2); the hosted burst may have
+            # cached the old one, so silently replacing it would run on stale memory.
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"memory slot {slot} is already registered")
         memory = wire.decode_pool(body["pool"], fdr)
-        self.check_tokens([memory])  # a slot may hold a buffer token of this client (MEM-4, VAL-2)
+        try:
+            self.check_tokens([memory])  # a slot may hold a buffer token of this client (MEM-4, VAL-2)
+        except HalError:
+            if isinstance(memory, Memory):
+                memory.close()
+            raise
         worker.slots[slot] = memory
         return ok(), b"", []
 
     def op_burst_release_memory(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         worker = self.get(body["handle"], BurstWorker)
-        slot = int(body["slot"])
-        if slot in worker.used or slot not in worker.slots:
-            worker.burst.release_memory_resource(slot)  # the hosted burst judges unknown slots
+        slot = _slot(body["slot"])
+        if slot not in worker.slots:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"memory slot {slot} is not registered")
+        del worker.slots[slot]
+        if slot in worker.used:
+            # The hosted burst learns a slot only when a request names it; it may also never
+            # have cached it (that request failed before it got there): nothing to free then.
             worker.used.discard(slot)
-        worker.slots.pop(slot, None)
+            try:
+                worker.burst.release_memory_resource(slot)
+            except HalError as e:
+                if e.status is not ErrorStatus.INVALID_ARGUMENT:
+                    raise
         return ok(), b"", []
 
 
@@ -446,9 +504,11 @@ class Service:
                 number = next(self.numbers)
                 client = self.clients[number] = Client(self, number, self.owned and number == 1)
             else:
-                client = self.clients.get(join)
-                if client is None or not isinstance(key, str) or not secrets.compare_digest(key, client.key):
-                    raise wire.ProtocolError(f"no client {join!r} to join (or a wrong key)")
+                client = self.clients.get(join) if join.__class__ is int else None
+                # Bytes, compared in constant time: compare_digest refuses non-ASCII str.
+                given = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else None
+                if client is None or given is None or not secrets.compare_digest(given, client.key.encode()):
+                    raise wire.ProtocolError(f"no client {join!r:.40} to join (or a wrong key)")
             client.connections += 1
         return client
 

@@ -70,11 +70,34 @@ def enum_or_int(cls: type[E], value: Any) -> E | int:
 
 
 def enum_strict(cls: type[E], value: Any) -> E:
-    """The enum member for ``value``; any other value is a protocol error (INVALID_ARGUMENT)."""
+    """The enum member for ``value``; any other value is a protocol error (INVALID_ARGUMENT).
+    Only a JSON integer names a code: ``true`` or ``1.0`` would pass ``cls(value)``."""
+    if value.__class__ is not int:
+        raise ProtocolError(f"{value!r} is not a {cls.__name__} code")
     try:
         return cls(value)
     except ValueError:
         raise ProtocolError(f"{value!r} is not a {cls.__name__} code") from None
+
+
+def integer(value: Any, what: str) -> int:
+    """A JSON integer field; anything else (``true``, ``4.0``, ``"4"``) is a protocol error:
+    the protocol converts nothing, so that every service reads a message the same way."""
+    if value.__class__ is not int:
+        raise ProtocolError(f"{what} {value!r} is not an integer")
+    return value
+
+
+def optional_integer(value: Any, what: str) -> int | None:
+    """An integer field that may be null (deadlines, durations)."""
+    return None if value is None else integer(value, what)
+
+
+def count(value: Any, what: str) -> int:
+    """A number of descriptors or files: an integer >= 0."""
+    if integer(value, what) < 0:
+        raise ProtocolError(f"{what} {value} is negative")
+    return value
 
 
 # -- framing ------------------------------------------------------------------------------
@@ -187,11 +210,14 @@ def decode_pool(desc: Any, fdr: FdReader) -> Memory | int:
     if not isinstance(desc, dict):
         raise ProtocolError(f"pool description {desc!r} is not an object")
     if "token" in desc:
-        return int(desc["token"])
+        return integer(desc["token"], "buffer token")
     try:
-        kind, size, offset = str(desc["kind"]), int(desc["size"]), int(desc["offset"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise ProtocolError(f"pool description {desc!r}: {e}") from None
+        kind, size, offset = desc["kind"], desc["size"], desc["offset"]
+    except KeyError as e:
+        raise ProtocolError(f"pool description {desc!r:.80} has no {e} field") from None
+    if not isinstance(kind, str):
+        raise ProtocolError(f"memory kind {kind!r} is not a string")
+    size, offset = integer(size, "pool size"), integer(offset, "pool offset")
     try:
         return Memory.adopt(kind, fdr.take(), size, offset)
     except (OSError, ValueError, OverflowError) as e:
@@ -218,8 +244,11 @@ def encode_model(model: Model, fds: list[int]) -> tuple[dict, bytes]:
 
 def decode_model(d: Any, blob: bytes, fdr: FdReader) -> Model:
     try:
+        relax = d["relax"]
+        if relax.__class__ is not bool:
+            raise TypeError(f"relax {relax!r} is not true or false")
         return Model(decode_subgraph(d["main"]), [decode_subgraph(s) for s in d["referenced"]],
-                     blob, [decode_pool(p, fdr) for p in d["pools"]], bool(d["relax"]))
+                     blob, [decode_pool(p, fdr) for p in d["pools"]], relax)
     except (KeyError, TypeError, ValueError) as e:
         raise ProtocolError(f"malformed model: {type(e).__name__}: {e}") from None
 
@@ -231,11 +260,26 @@ def encode_arguments(args: Sequence[RequestArgument]) -> list:
                               a.location.padding], list(a.dimensions)] for a in args]
 
 
+def decode_location(v: Any) -> DataLocation:
+    """``[pool_index, offset, length, padding]``; ``padding`` may be left out (0), the HAL's
+    DataLocation before it had one, which the burst-validation suite's messages use."""
+    if not isinstance(v, list) or len(v) not in (3, 4):
+        raise ProtocolError(f"data location {v!r:.80} is not 3 or 4 integers")
+    return DataLocation(*_ints(v))
+
+
 def decode_arguments(v: Any) -> list[RequestArgument]:
+    if not isinstance(v, list):
+        raise ProtocolError(f"request arguments {v!r:.80} are not a list")
+    args = []
     try:
-        return [RequestArgument(bool(none), DataLocation(*_ints(loc)), _ints(dims)) for none, loc, dims in v]
+        for none, loc, dims in v:
+            if none.__class__ is not bool:
+                raise ProtocolError(f"has_no_value {none!r} is not true or false")
+            args.append(RequestArgument(none, decode_location(loc), _ints(dims)))
     except (TypeError, ValueError) as e:
         raise ProtocolError(f"malformed request arguments: {e}") from None
+    return args
 
 
 def encode_request(request: Request, fds: list[int]) -> dict:
