@@ -390,6 +390,19 @@ def test_a_burst_slot_sent_but_never_run_can_be_released(service):
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
+def test_a_burst_request_must_be_a_json_object(service):
+    """A list of [key, value] pairs would make a Python dict: it is still not an object."""
+    model, feeds = _add_model(), _feeds()
+    burst = service.prepare_model(model).configure_execution_burst()
+    burst.execute(build_request(model, feeds), [0, 1])
+    pairs = [["slots", [0, 1]], ["inputs", [[False, [0, 0, 16, 0], []], [False, [0, 16, 16, 0], []]]],
+             ["outputs", [[False, [1, 0, 16, 0], []]]], ["measure", 0]]
+    with burst._lock:
+        burst.requests.write(json.dumps(pairs).encode())
+        reply = json.loads(burst.results.read(time.monotonic() + 10))
+    assert reply["status"] == ErrorStatus.INVALID_ARGUMENT and "JSON object" in reply["message"], reply
+
+
 @pytest.mark.req("BURST-3", "EXE-3")
 def test_a_request_too_big_for_the_burst_queue_takes_the_ordinary_path(service, monkeypatch):
     """As the NNAPI runtime does when a request does not fit its burst's queue."""

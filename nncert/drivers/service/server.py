@@ -106,7 +106,10 @@ class BurstWorker:
     def _decode(self, message: bytes) -> tuple[Request, list[int], MeasureTiming, int | None, int | None]:
         """A burst request message; anything malformed in it is INVALID_ARGUMENT (VAL-1)."""
         try:
-            d = Body(json.loads(message))
+            d = json.loads(message)
+            if not isinstance(d, dict):  # dict() would turn [[key, value], ...] into one
+                raise wire.ProtocolError(f"a burst request is a JSON object, not {type(d).__name__}")
+            d = Body(d)
             slots = list(wire.iter_ints(d["slots"], "slots"))
             inputs, outputs = wire.decode_arguments(d["inputs"]), wire.decode_arguments(d["outputs"])
             measure = wire.enum_strict(MeasureTiming, d["measure"])
