@@ -83,6 +83,20 @@ def _cmd_drivers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_requirements(args: argparse.Namespace) -> int:
+    from nncert.requirements import DOCUMENT, document
+
+    try:
+        text = document().show(args.selector or "")
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    except OSError as e:  # an install without the document: say which file is missing
+        print(f"nncert: error: cannot read the requirements document {DOCUMENT}: {e}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
 def _cmd_mlts_stress(args: argparse.Namespace) -> int:
     from nncert.drivers import load_driver
     from nncert.mlts.stress import MODES, SUMMARY_COLUMNS, Journal, StressConfig, run_suite
@@ -566,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("drivers", help="list the drivers that can be plugged in")
     p.add_argument("--check", metavar="SPEC", help="also load this driver spec and report it")
     p.set_defaults(func=_cmd_drivers)
+    p = sub.add_parser("requirements", help="print the requirements document (docs/requirements.md), "
+                       "one requirement with its notes, or one family")
+    p.add_argument("selector", nargs="?", metavar="ID|FAMILY",
+                   help="a requirement ID (ACC-2) or a family (ACC); default: the whole document")
+    p.set_defaults(func=_cmd_requirements)
     _add_mlts(sub)
     _add_graphs(sub)
     _add_fuzz(sub)
