@@ -1,9 +1,9 @@
 """VTS validation: invalid models and requests get INVALID_ARGUMENT (VAL-1).
 
-Every mutation kind of SPEC.md's notes is applied to a valid single-operation model of every
-catalogue operation; ``supported_operations`` and ``prepare_model`` must both reject the
-result with INVALID_ARGUMENT. Requests with an input or an output removed must be rejected
-on every execution path.
+Every mutation kind of the notes on VAL-1 (docs/requirements.md) is applied to a valid
+single-operation model of every catalogue operation; ``supported_operations`` and
+``prepare_model`` must both reject the result with INVALID_ARGUMENT. Requests with an input
+or an output removed must be rejected on every execution path.
 """
 
 from __future__ import annotations

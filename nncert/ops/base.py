@@ -202,7 +202,7 @@ def variant(version: Version, **bindings: OperandType) -> Variant:
     return Variant(version, tuple(bindings.items()))
 
 
-#: Criterion classes of SPEC.md ACC-5 (per-op tests use ACC-1..4; random graphs use these).
+#: Criterion classes of ACC-5 (docs/requirements.md; per-op tests use ACC-1..4; random graphs use these).
 CRITERIA = ("strict", "medium", "relaxed", "conv")
 
 

@@ -38,7 +38,7 @@ from nncert.ops.evaluate import TO_NCHW, bind, evaluate, evaluate_real, instance
 
 T = OperandType
 
-#: The model variations CTS generates for each example (see SPEC.md notes, §3 of the report).
+#: The model variations CTS generates for each example (ACC-6 in docs/requirements.md).
 VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output")
 
 
@@ -56,7 +56,7 @@ class CaseInput:
 class Values:
     """How generated data is drawn: float range, INT32 range, scales of free quantised
     inputs. The per-operation suite keeps scales small (pre-1.2 scale rules hold); random
-    graphs use the CTS random-graph values (SPEC.md, notes on ACC-5)."""
+    graphs use the CTS random-graph values (docs/requirements.md, notes on ACC-5)."""
 
     floats: tuple[float, float] = (-2.0, 2.0)
     int32: tuple[int, int] = (-20, 20)

@@ -120,7 +120,8 @@ class GraphCriterion:
 
 _INT32 = GraphCriterion(math.inf, math.inf, 1)  # integers: atol 1 in every class
 
-#: class -> {"float32" | "float16" | "quant8" | "int32": criterion}, from SPEC.md's table.
+#: class -> {"float32" | "float16" | "quant8" | "int32": criterion}: the table of the notes on
+#: ACC-5 in docs/requirements.md.
 GRAPH_CRITERIA: dict[str, dict[str, GraphCriterion]] = {
     "strict": {"float32": GraphCriterion(1e-7, 1e-10, 1e-6, 1e-6),
                "float16": GraphCriterion(1e-4, 1e-8, 1e-3, 1e-3),

@@ -1,5 +1,5 @@
-"""Random graphs (SPEC.md ACC-5): valid multi-operation models generated from the catalogue
-records alone, with their golden outputs, and the spec files that replay them.
+"""Random graphs (ACC-5, docs/requirements.md): valid multi-operation models generated from
+the catalogue records alone, with their golden outputs, and the spec files that replay them.
 
 Generation knows no operation by name. It picks a record, signature and type variant, lets
 the record's own sampler draw the case (``sample_case``), and steers the sampler towards
