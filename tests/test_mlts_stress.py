@@ -23,7 +23,7 @@ from nncert.drivers.reference import ReferenceDriver, ReferencePreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
 from nncert.hal.types import ErrorStatus
-from nncert.mlts.stress import MODES, StressConfig, run_case
+from nncert.mlts.stress import DECLINED, MODES, StressConfig, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = "tests.test_mlts_stress"  # this module as load_driver reaches it from a child process
@@ -94,6 +94,16 @@ class FragileDriver(ReferenceDriver):
 
     def close(self) -> None:
         self.mine.unlink(missing_ok=True)
+
+
+class DecliningDriver(ReferenceDriver):
+    """Claims no operation (a driver for other kinds of models); its models still validate."""
+
+    name = "declining"
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        super().supported_operations(model)
+        return [False] * len(model.main.operations)
 
 
 class HostedDriver(ReferenceDriver):
@@ -226,6 +236,24 @@ def test_driver_that_does_not_recover_from_killed_clients_fails(tmp_path, mode, 
     assert record.kind == kind, record
     if kind == "FAILURE":
         assert "left behind" in record.reason, record
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_declined_model_is_declined_not_a_failure(mode):
+    record = run_case(mode, DecliningDriver(), "declining", quick(duration=0.2))
+    needle = "declined every one of the" if mode == "random_models" else "declining declines CONV_2D, RELU"
+    assert record.kind == DECLINED and needle in record.reason and not record.ok, record
+    assert record.to_json()["kind"] == DECLINED and record.stderr_tail == ""
+
+
+def test_cli_exit_status_does_not_count_declined_cases(tmp_path, capsys):
+    spec = f"{HERE}:DecliningDriver"
+    status = main(["mlts", "stress", "--out", str(tmp_path), "--driver", spec, "--duration", "0.1",
+                   "--modes", "inference,random_models"])
+    assert status == 0, capsys.readouterr()
+    records = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r["kind"]) for r in records] == [("inference", DECLINED), ("random_models", DECLINED)]
+    assert "declines CONV_2D" in capsys.readouterr().out
 
 
 def test_mutant_is_caught():

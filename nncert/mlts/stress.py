@@ -1,5 +1,7 @@
 """MLTS-2 stress and crash tests: the driver worked hard for a while, in the eight ways of the
-MLTS crash-test app, each case isolated and classified SUCCESS, FAILURE, HANG or CRASH.
+MLTS crash-test app, each case isolated and classified SUCCESS, FAILURE, HANG or CRASH, or
+DECLINED when the driver declines the mode's models (``supported_operations``): a driver for
+other models is not failed for it.
 
 Modes (``MODES``), each scaled by a duration in seconds:
 
@@ -60,6 +62,7 @@ from nncert.ops.interpreter import run_model
 from nncert.testing.cases import enumerate_cases, sample_case
 from nncert.testing.criteria import output_mismatches
 from nncert.testing.harness import CaseError, check_case
+from nncert.testing.harness import declined as why_declined
 from nncert.testing.outcome import Kind, classify_exception, run_isolated, signal_name
 
 
@@ -479,15 +482,26 @@ ModeWork = Callable[[Case], dict[str, Any]]
 Judge = Callable[[dict[str, Any], StressConfig], str | None]
 
 
+def _the_stress_model(config: StressConfig) -> list[StressModel]:
+    return [stress_model(seed=config.seed)]
+
+
+def _larger_model(seed: int) -> StressModel:
+    """What performance_degradation compiles in a loop beside inference."""
+    return stress_model(layers=8, seed=seed + 1, input_sets=1)
+
+
 @dataclass(frozen=True)
 class Mode:
-    """A stress mode: its work (whose ``iterations`` count ``unit``s), and for a mode that
-    measures, the verdict on its figures."""
+    """A stress mode: its work (whose ``iterations`` count ``unit``s), the models it prepares
+    (the driver must claim them, or the case is DECLINED), and for a mode that measures, the
+    verdict on its figures."""
 
     name: str
     work: ModeWork
     unit: str
     judge: Judge | None = None
+    models: Callable[[StressConfig], list[StressModel]] = _the_stress_model
 
     @property
     def doc(self) -> str:
@@ -498,9 +512,11 @@ class Mode:
 MODES: dict[str, Mode] = {}
 
 
-def _mode(name: str, unit: str, judge: Judge | None = None) -> Callable[[ModeWork], ModeWork]:
+def _mode(name: str, unit: str, judge: Judge | None = None,
+          models: Callable[[StressConfig], list[StressModel]] = _the_stress_model
+          ) -> Callable[[ModeWork], ModeWork]:
     def register(work: ModeWork) -> ModeWork:
-        MODES[name] = Mode(name, work, unit, judge)
+        MODES[name] = Mode(name, work, unit, judge, models)
         return work
     return register
 
@@ -515,7 +531,7 @@ def _inference(case: Case) -> dict[str, Any]:
     return {"iterations": runner.runs}
 
 
-@_mode("model_loading", unit="load")
+@_mode("model_loading", unit="load", models=lambda config: _loading_models(config.seed))
 def _model_loading(case: Case) -> dict[str, Any]:
     """Models prepared, run once (checked) and released, again and again, alternating three."""
     models = _loading_models(case.config.seed)
@@ -562,7 +578,7 @@ def _client_termination(case: Case) -> dict[str, Any]:
     return {"iterations": counters["clients"], "kills": counters["kills"]}
 
 
-@_mode("multiprocess_load_kill", unit="client")
+@_mode("multiprocess_load_kill", unit="client", models=lambda config: _loading_models(config.seed))
 def _multiprocess_load_kill(case: Case) -> dict[str, Any]:
     """Clients preparing models while random ones (half) are SIGKILLed; then a new client must
     prepare and run correctly."""
@@ -572,7 +588,7 @@ def _multiprocess_load_kill(case: Case) -> dict[str, Any]:
     return {"iterations": counters["clients"], "kills": counters["kills"], "loads": counters.get("loads", 0)}
 
 
-@_mode("random_models", unit="model")
+@_mode("random_models", unit="model", models=lambda config: [])  # it skips what is declined, per case
 def _random_models(case: Case) -> dict[str, Any]:
     """Random catalogue cases (seeded), each prepared, run and checked against its golden;
     operations the driver declines are skipped and counted, never failed."""
@@ -593,7 +609,10 @@ def _random_models(case: Case) -> dict[str, Any]:
                 declined += 1
                 continue
             checked += 1
-    return {"iterations": checked, "declined": declined, "too_new": too_new}
+    counters: dict[str, Any] = {"iterations": checked, "declined": declined, "too_new": too_new}
+    if not checked and declined:  # nothing was stressed: the driver claims none of what it got
+        counters[DECLINED_BECAUSE] = f"the driver declined every one of the {declined} random cases"
+    return counters
 
 
 def _judge_slowdown(counters: dict[str, Any], config: StressConfig) -> str | None:
@@ -656,12 +675,13 @@ class _CompilationLoad:
         return _join([self.worker], deadline)[0]
 
 
-@_mode("performance_degradation", unit="inference", judge=_judge_slowdown)
+@_mode("performance_degradation", unit="inference", judge=_judge_slowdown,
+       models=lambda config: [*_the_stress_model(config), _larger_model(config.seed)])
 def _performance_degradation(case: Case) -> dict[str, Any]:
     """Median inference latency alone vs. beside a thread compiling a larger model in a loop:
     the slowdown must stay within max_slowdown (1.5x)."""
     sm = stress_model(seed=case.config.seed)
-    larger = stress_model(layers=8, seed=case.config.seed + 1, input_sets=1)
+    larger = _larger_model(case.config.seed)
     window = case.config.duration / (2 * SLOWDOWN_ROUNDS)
     alone: list[float] = []
     loaded: list[float] = []
@@ -689,9 +709,25 @@ def _performance_degradation(case: Case) -> dict[str, Any]:
 # Running cases, the journal and the summary
 
 
+#: How a case ends when the driver declines what the mode needs: not a failure (a driver
+#: need not claim every model), and not a success (nothing was stressed). The reason says what.
+DECLINED = "DECLINED"
+#: The kinds that do not fail a run.
+NOT_FAILED = (str(Kind.SUCCESS), DECLINED)
+#: The counter by which a case process reports that the driver declined, and why.
+DECLINED_BECAUSE = "declined_because"
+
+
 def _case_main(mode: str, config: StressConfig, parent: Driver, client_spec: str,
                attached: bool) -> dict[str, Any]:
     case = Case(config, parent, client_spec, attached, random.Random(f"{config.seed}:{mode}"))
+    models = MODES[mode].models(config)
+    if models:
+        with case.open_driver() as driver:
+            for sm in models:
+                reason = why_declined(driver, sm.model)
+                if reason:
+                    return {DECLINED_BECAUSE: reason}
     counters = MODES[mode].work(case)
     counters["work_s"] = time.monotonic() - case.start
     return counters
@@ -707,7 +743,7 @@ class CaseRecord:
 
     mode: str
     driver: str
-    kind: str
+    kind: str  # SUCCESS, FAILURE, HANG, CRASH (Kind), or DECLINED
     reason: str
     duration_s: float
     requested_s: float
@@ -744,7 +780,8 @@ MEASUREMENT_ATTEMPTS = 2
 
 
 def run_case(mode: str, driver: Driver, spec: str, config: StressConfig) -> CaseRecord:
-    """Run one stress case in a child process and classify how it ended (MLTS-2). ``driver``
+    """Run one stress case in a child process and classify how it ended (MLTS-2; DECLINED when
+    the driver declines the mode's models, checked in the child before any work). ``driver``
     is the caller's instance of the driver ``spec`` names; one that died in an earlier case is
     restarted first, so that every case starts from a driver that runs."""
     if mode not in MODES:
@@ -762,7 +799,9 @@ def run_case(mode: str, driver: Driver, spec: str, config: StressConfig) -> Case
                                attach_spec is not None, timeout=config.timeout)
         kind, reason = outcome.kind, outcome.reason
         counters = outcome.value if kind is Kind.SUCCESS else {}
-        verdict = entry.judge(counters, config) if counters and entry.judge is not None else None
+        if DECLINED_BECAUSE in counters:
+            kind, reason = DECLINED, counters.pop(DECLINED_BECAUSE)
+        verdict = entry.judge(counters, config) if kind is Kind.SUCCESS and entry.judge is not None else None
         if verdict:
             kind, reason = Kind.FAILURE, verdict
         if not verdict or attempts == MEASUREMENT_ATTEMPTS:
@@ -776,7 +815,7 @@ def run_case(mode: str, driver: Driver, spec: str, config: StressConfig) -> Case
         kind, reason = Kind.CRASH, f"the driver died during the case: {reason}"
     return CaseRecord(mode, spec, str(kind), reason, round(time.monotonic() - start, 3), config.duration,
                       config.seed, started, _now(), entry.unit, counters, outcome.exit_code,
-                      outcome.signal, "" if kind is Kind.SUCCESS else outcome.stderr_tail, restarted, alive)
+                      outcome.signal, "" if kind in NOT_FAILED else outcome.stderr_tail, restarted, alive)
 
 
 class Journal:
