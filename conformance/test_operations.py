@@ -28,7 +28,8 @@ def _acc_req(key) -> str:
 
 
 def _params(keys, *extra):
-    return [pytest.param(k, id=_key_id(k), marks=pytest.mark.req(_acc_req(k), "ACC-6", *extra))
+    return [pytest.param(k, id=_key_id(k), marks=[pytest.mark.req(_acc_req(k), "ACC-6", *extra),
+                                                   pytest.mark.operation(k[0].name, k[2].label)])
             for k in keys]
 
 

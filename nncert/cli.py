@@ -262,8 +262,9 @@ def _add_mlts(sub: argparse._SubParsersAction) -> None:
                       help="do not time the compilation with the compilation cache")
     mlts.add_argument("--quiet", action="store_true", help="no progress bar")
     mlts.add_argument("--expectations", action="append", metavar="FILE",
-                      help="more expectations files (strict xfails, test ids mlts::MODEL), besides "
-                           "the driver's own; repeatable")
+                      help="more expectations files (strict xfails; a model's test id is its pytest "
+                           "node id, mlts/test_accuracy.py::test_model[MODEL]), besides the driver's own; "
+                           "repeatable")
     mlts.set_defaults(func=_cmd_mlts_run)
     suites = mlts.add_subparsers(dest="suite")
     p = suites.add_parser("build", help="build the zoo's models into the zoo directory (cached)")
@@ -564,6 +565,118 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_fuzz_replay)
 
 
+def _cmd_certify(args: argparse.Namespace) -> int:
+    from nncert.certify import report as reports
+    from nncert.certify.runner import CertifyError, Request, certify
+
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else None
+    if args.resume is not None and args.out is not None and Path(args.out) != Path(args.resume):
+        raise UsageError(f"--resume {args.resume} and --out {args.out}: give one directory")
+    out = args.resume or args.out
+    if out is None:
+        raise UsageError("--out DIR is required (or --resume DIR)")
+    request = Request(Path(out), args.driver, args.plan, suites, args.expectations or [], args.jobs,
+                      args.resume is not None)
+    try:
+        report = certify(request)
+    except CertifyError as e:
+        raise UsageError(str(e)) from None
+    verdict = report["verdict"]
+    print(f"{verdict['overall']}: {report['driver'].get('spec')} on plan {report['plan']['name']}")
+    for reason in verdict["reasons"]:
+        print(f"  {reason}")
+    print(f"report: {request.out / reports.HTML_FILE} (data: {request.out / reports.REPORT_FILE}; "
+          f"check it with: nncert certify verify {request.out})")
+    return verdict["exit_status"]
+
+
+def _add_certify(sub: argparse._SubParsersAction) -> None:
+    from nncert.certify.plan import known_plans
+
+    p = sub.add_parser("certify", help="certify a driver: every suite of a plan, one verifiable report; "
+                       "also `certify verify` and `certify diff`",
+                       usage="nncert certify --driver SPEC --out DIR [--plan NAME] [--suites A,B] "
+                             "[--expectations FILE] [--jobs N]\n"
+                             "       nncert certify --resume DIR\n"
+                             "       nncert certify verify DIR\n"
+                             "       nncert certify diff OLD NEW [--json FILE]",
+                       description="Run the plan's suites against the driver, each in a child process "
+                       "with deadlines (a crash or hang is recorded and the run goes on), journal every "
+                       "outcome, and write DIR/report.json, report.html, junit.xml, tables/*.csv and "
+                       "MANIFEST.sha256. Exit status: 0 CONFORMANT or CONFORMANT WITH WAIVERS, 1 NOT "
+                       "CONFORMANT, 3 INCOMPLETE (continue with --resume DIR), 2 a usage error. "
+                       "docs/certification.md.")
+    p.add_argument("--driver", metavar="SPEC", help="driver under test (e.g. litert, my_pkg.module:factory)")
+    p.add_argument("--out", metavar="DIR", help="the report's directory (new or empty)")
+    p.add_argument("--plan", metavar="NAME",
+                   help=f"{', '.join(known_plans())} or a plan file (default: standard)")
+    p.add_argument("--suites", metavar="A,B", help="run only these suites of the plan")
+    p.add_argument("--expectations", action="append", metavar="FILE",
+                   help="a vendor's expectations file (strict xfails) besides the driver's own; repeatable")
+    p.add_argument("--jobs", type=int, metavar="N", help="suites at a time (default: 2, or 1 on one core)")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR: only what has no outcome runs")
+    p.set_defaults(func=_cmd_certify)
+    p = sub.add_parser("certify-verify", prog="nncert certify verify",
+                       help="re-check a certification report (as `nncert certify verify DIR`)")
+    p.add_argument("dir", help="the report's directory")
+    p.add_argument("--no-recollect", action="store_true",
+                   help="do not collect the plan's tests again to check that none is missing (faster)")
+    p.set_defaults(func=_cmd_certify_verify)
+    p = sub.add_parser("certify-diff", prog="nncert certify diff",
+                       help="what changed between two reports of one plan (as `nncert certify diff OLD NEW`)")
+    p.add_argument("old", help="the earlier report's directory")
+    p.add_argument("new", help="the later report's directory")
+    p.add_argument("--json", metavar="FILE", help="also write the changes as JSON")
+    p.add_argument("--latency-threshold", type=float, default=0.25, metavar="FRACTION",
+                   help="an MLTS median latency change beyond this is reported; growth is a regression "
+                        "(default: 0.25)")
+    p.set_defaults(func=_cmd_certify_diff)
+
+
+def _cmd_certify_verify(args: argparse.Namespace) -> int:
+    from nncert.certify.verify import NotAReport, verify
+
+    try:
+        problems = verify(Path(args.dir), recollect=not args.no_recollect)
+    except NotAReport as e:
+        raise UsageError(str(e)) from None
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    if problems:
+        print(f"{args.dir}: does not verify ({len(problems)} problem(s))")
+        return 1
+    print(f"OK: {args.dir} verifies: manifest intact, every test of the plan has its journaled outcome, "
+          f"the verdicts follow from the outcomes")
+    return 0
+
+
+def _cmd_certify_diff(args: argparse.Namespace) -> int:
+    from nncert.certify import diff
+    from nncert.certify.report import load
+
+    if not args.latency_threshold > 0:
+        raise UsageError("--latency-threshold must be positive")
+    try:
+        result = diff.diff(load(Path(args.old)), load(Path(args.new)), args.latency_threshold)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(diff.text(result))
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        except OSError as e:
+            raise UsageError(f"--json {args.json}: cannot write it: {e.strerror or e}") from None
+    return 1 if result["regressed"] else 0
+
+
+def _cmd_test(args: argparse.Namespace) -> int:
+    import pytest
+
+    from nncert.certify.runner import pytest_arguments
+
+    return int(pytest.main(pytest_arguments(list(args.pytest_args))))
+
+
 def _mlts_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", metavar="A,B",
                    help="comma-separated zoo models (default: all; see `mlts list`)")
@@ -589,6 +702,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mlts(sub)
     _add_graphs(sub)
     _add_fuzz(sub)
+    _add_certify(sub)
+    sub.add_parser("test", help="run nncert's suites with pytest from anywhere (all arguments are "
+                   "pytest's): `nncert test 'conformance/test_operations.py::test_operation"
+                   "[ADD-float32-none-s0]' --driver litert`, as a report's reproducers do")
     return parser
 
 
@@ -596,8 +713,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from nncert.drivers import DriverSpecError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["test"]:  # everything after `test` is pytest's
+        return _cmd_test(argparse.Namespace(pytest_args=argv[1:]))
     if argv[:1] == ["fuzz"] and argv[1:2] in (["corpus"], ["replay"]):  # `fuzz corpus`, `fuzz replay`
         argv = [f"fuzz-{argv[1]}", *argv[2:]]
+    if argv[:1] == ["certify"] and argv[1:2] in (["verify"], ["diff"]):  # `certify verify`, `certify diff`
+        argv = [f"certify-{argv[1]}", *argv[2:]]
     flags: list[str] = []
     if argv[:1] == ["fuzz"] and "--" in argv:  # `nncert fuzz ... -- LIBFUZZER_FLAGS`
         at = argv.index("--")

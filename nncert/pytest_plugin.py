@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 from _pytest.runner import runtestprotocol
 
+from nncert.certify import journal
+from nncert.certify.journal import JournalError
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
 from nncert.hal.errors import DriverFault, driver_fault_of
-from nncert.requirements import REQUIREMENTS, matches
+from nncert.requirements import DOCUMENT, REQUIREMENTS, matches
 from nncert.testing import expectations, triage
+from nncert.testing.harness import Declined
 from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
 
 #: Test status categories of the outcomes that are failures of their own kind (MLTS-2).
@@ -36,6 +39,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only tests checking this requirement (ACC-2) or family (ACC); repeatable")
     group.addoption("--nncert-report", metavar="PATH",
                     help="write every test's outcome and requirement IDs as JSON")
+    group.addoption("--nncert-journal", metavar="PATH",
+                    help="append each test's start and outcome to this certification journal as it "
+                         "happens (fsynced), and run only the tests it holds no outcome of (how "
+                         "`nncert certify` runs a suite, resumes it, and survives a driver that "
+                         "takes the session down)")
+    group.addoption("--nncert-suite", default="pytest", metavar="NAME",
+                    help="the suite name journal records carry (default: pytest)")
     group.addoption("--isolate", action="store_true",
                     help="run every test in a forked child process with a deadline: a test that "
                          "crashes or hangs is reported as CRASH or HANG and the session goes on. "
@@ -82,8 +92,10 @@ def _driver_options(config: pytest.Config) -> dict[str, str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "req(*ids): the SPEC.md requirement IDs a test checks")
+    config.addinivalue_line("markers", "req(*ids): the requirement IDs (docs/requirements.md) a test checks")
     config.addinivalue_line("markers", "slow: long-running suites, selected with -m slow")
+    config.addinivalue_line("markers", "operation(name, type): the catalogue operation and type "
+                                       "variant a per-operation test covers (the report's coverage)")
     hang = config.getoption("hang_timeout")
     if hang is not None:
         if not hang > 0:
@@ -104,13 +116,17 @@ def pytest_configure(config: pytest.Config) -> None:
         triage.set_active(triage.Triage(spec, budget=config.getoption("three_way_budget")))
     for selector in config.getoption("req"):
         if not any(matches(r, selector) for r in REQUIREMENTS):
-            raise pytest.UsageError(f"--req {selector!r}: no such requirement (see SPEC.md)")
+            raise pytest.UsageError(f"--req {selector!r}: no such requirement (see {DOCUMENT})")
     if config.getoption("isolate"):
         if config.getoption("usepdb"):
             raise pytest.UsageError("--isolate and --pdb do not mix: the test runs in a child without stdin")
         if not config.getoption("isolate_timeout") > 0:
             raise pytest.UsageError("--isolate-timeout must be a positive number of seconds")
-    config.pluginmanager.register(OutcomeRecorder(config), "nncert-outcomes")
+    try:
+        recorder = OutcomeRecorder(config)
+    except (OSError, JournalError) as e:
+        raise pytest.UsageError(f"--nncert-journal: {e}") from None
+    config.pluginmanager.register(recorder, "nncert-outcomes")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -147,6 +163,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             exp = expectations.match(known, item.nodeid)
             if exp is not None:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=exp.describe()))
+                # Reports copy the item's properties: the waiver travels with the outcome.
+                item.user_properties.append(("nncert_expectation", _expectation_record(exp)))
     selectors = config.getoption("req")
     if selectors:
         keep, drop = [], []
@@ -183,6 +201,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
     report = yield
     report.user_properties.append(("req", requirement_ids(item)))
+    if call.excinfo is not None and call.excinfo.errisinstance(Declined):
+        report.user_properties.append(("nncert_declined", True))
+    if report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith("[XPASS(strict)]"):
+        expectation = dict(item.user_properties).get("nncert_expectation")
+        if expectation:  # a known discrepancy that is gone: say which release fixed it
+            report.longrepr += f" -- {expectation['fixed']}"
     # A driver fault surfacing as an API error (even re-raised as pytest.fail) is the
     # driver's crash or hang, not the test's failure (MLTS-2); so is any failure of a test
     # during which the driver died (a status the test judged, an async callback's status).
@@ -302,38 +326,126 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
                 terminalreporter.write_line(content.rstrip("\n"))
 
 
+def _expectation_record(exp: expectations.Expectation) -> dict[str, str]:
+    return {"source": exp.source, "reason": exp.reason, "reproduce": exp.reproduce,
+            "magnitude": exp.magnitude, "agrees_with": exp.agrees_with, "runtime": exp.runtime,
+            "versions": exp.versions, "runtime_version": exp.runtime_version, "text": exp.describe(),
+            "fixed": exp.fixed_message()}
+
+
+#: Properties the plugin itself puts on reports (the rest are the tests' own record_property).
+_OWN_PROPERTIES = ("req", "nncert_outcome", "nncert_reason", "nncert_declined", "nncert_expectation")
+#: The --nncert-report word of each status (pytest's own vocabulary, crashed and hung added).
+_REPORT_WORD = {"PASS": "passed", "FAIL": "failed", "WAIVED": "xfailed", "XPASS": "failed",
+                "DECLINED": "skipped", "SKIPPED": "skipped", "CRASH": "crashed", "HANG": "hung"}
+_MESSAGE_CHARS = 2000
+
+
+def _failure_message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message
+    text = report.longreprtext.strip()
+    return text.splitlines()[-1] if text else ""
+
+
+def _status(report: pytest.TestReport) -> tuple[str, str]:
+    """The certification status of one phase's report (docs/certification.md) and its message."""
+    properties = dict(report.user_properties)
+    kind = nncert_outcome(report)
+    if kind is not None:
+        return str(kind), properties.get("nncert_reason", "")
+    if hasattr(report, "wasxfail"):
+        return ("WAIVED" if report.skipped else "XPASS"), report.wasxfail
+    if report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith("[XPASS(strict)]"):
+        return "XPASS", report.longrepr.removeprefix("[XPASS(strict)]").strip()
+    if report.passed:
+        return "PASS", ""
+    if report.skipped:
+        reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
+        reason = reason.removeprefix("Skipped: ")
+        return ("DECLINED" if properties.get("nncert_declined") else "SKIPPED"), reason
+    message = _failure_message(report)
+    return "FAIL", (message if report.when == "call" else f"error in {report.when}: {message}")
+
+
+def outcome_record(reports: list[pytest.TestReport]) -> dict[str, object]:
+    """One test's record from the reports of its phases: the call's status (the setup's when it
+    never got to the call), unless a later phase failed (a teardown error fails a passed test)."""
+    main = next((r for r in reports if r.when == "call"), None) or reports[0]
+    status, message = _status(main)
+    for r in reports:
+        if r is not main and r.failed and status not in ("FAIL", "CRASH", "HANG"):
+            status, message = _status(r)
+    properties: dict[str, object] = {}
+    for r in reports:
+        properties.update(dict(r.user_properties))
+    record: dict[str, object] = {
+        "status": status, "req": list(properties.get("req", [])),
+        "duration": round(sum(r.duration for r in reports), 6), "message": message[:_MESSAGE_CHARS]}
+    if status in ("FAIL", "CRASH", "HANG"):
+        verdicts = re.findall(r"three-way verdict: .*", "\n".join(r.longreprtext for r in reports))
+        if verdicts:
+            record["verdict"] = verdicts[-1].strip()
+    if "nncert_expectation" in properties:
+        record["expectation"] = properties["nncert_expectation"]
+    extra = {k: v for k, v in properties.items() if k not in _OWN_PROPERTIES}
+    if extra:
+        record["properties"] = extra
+    return record
+
+
 class OutcomeRecorder:
-    """Records each test's outcome with its requirement IDs; written by --nncert-report."""
+    """Records each test's outcome with its requirement IDs: written whole by --nncert-report,
+    and test by test to the certification journal (--nncert-journal)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tests: dict[str, dict] = {}
+        self._phases: dict[str, list[pytest.TestReport]] = {}
+        self.suite = config.getoption("nncert_suite")
+        path = config.getoption("nncert_journal")
+        self.journal_path = Path(path) if path else None
+        self.journal: journal.Writer | None = None
+        self.done: set[str] = set()
+        if self.journal_path is not None:
+            journal.cut_torn_tail(self.journal_path)
+            state = journal.replay(journal.read(self.journal_path)).get(self.suite)
+            self.done = set(state.outcomes) if state else set()
+            self.journal = journal.Writer(self.journal_path)
+
+    @pytest.hookimpl(trylast=True)  # after -k, -m and --req chose the tests
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if self.journal is None:
+            return
+        self.journal.write({"event": "collected", "suite": self.suite,
+                            "tests": [_collected_entry(item) for item in items]})
+        done = [item for item in items if item.nodeid in self.done]
+        if done:
+            config.hook.pytest_deselected(items=done)
+            items[:] = [item for item in items if item.nodeid not in self.done]
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
+        if self.journal is not None:
+            self.journal.write({"event": "start", "suite": self.suite, "id": nodeid, "time": time.time()})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        self._phases.setdefault(report.nodeid, []).append(report)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
+        reports = self._phases.pop(nodeid, [])
+        if not reports:
             return
-        properties = dict(report.user_properties)
-        req = properties.get("req", [])
-        status = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
-        reason = ""
-        kind = nncert_outcome(report)
-        if status == "xfailed":
-            reason = report.wasxfail
-        elif kind is not None:
-            status, reason = kind.lower(), properties.get("nncert_reason", "")
-        elif report.skipped and isinstance(report.longrepr, tuple):
-            reason = str(report.longrepr[2])
-        elif report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            reason = crash.message if crash else report.longreprtext.strip().splitlines()[-1]
-        record = {"outcome": status, "req": req, "reason": reason[:500]}
-        if report.failed:
-            verdicts = re.findall(r"three-way verdict: .*", report.longreprtext)
-            if verdicts:
-                record["verdict"] = verdicts[-1].strip()
-        self.tests[report.nodeid] = record
+        record = outcome_record(reports)
+        self.tests[nodeid] = {"outcome": _REPORT_WORD[record["status"]], **record,
+                              "reason": record["message"][:500]}
+        if self.journal is not None:
+            self.journal.write({"event": "outcome", "suite": self.suite, "id": nodeid, **record}, sync=True)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.journal is not None:
+            self.journal.close()
         path = self.config.getoption("nncert_report")
         if not path:
             return
@@ -351,4 +463,12 @@ class OutcomeRecorder:
             "version_string": version,
             "tests": self.tests,
             "requirements": by_req,
-        }, indent=1, sort_keys=True))
+        }, indent=1, sort_keys=True, default=str))
+
+
+def _collected_entry(item: pytest.Item) -> dict[str, object]:
+    entry: dict[str, object] = {"id": item.nodeid, "req": requirement_ids(item)}
+    mark = item.get_closest_marker("operation")
+    if mark is not None:
+        entry["operation"], entry["type"] = mark.args
+    return entry

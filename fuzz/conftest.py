@@ -1,0 +1,22 @@
+"""The fuzz suite runs each target's campaign against ``--driver`` for ``--fuzz-seconds``;
+campaign directories (corpus, findings, logs) go under ``--fuzz-out`` (default: a temporary
+directory of the session)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("nncert")
+    group.addoption("--fuzz-seconds", type=float, default=5.0, metavar="SECONDS",
+                    help="how long each fuzz target runs (default: 5)")
+    group.addoption("--fuzz-out", metavar="DIR",
+                    help="where each target's campaign directory goes (default: a temporary directory)")
+    group.addoption("--fuzz-seed", type=int, default=1, metavar="N",
+                    help="libFuzzer -seed of each campaign (default: 1; 0 lets libFuzzer choose)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("fuzz_seconds") > 0:
+        raise pytest.UsageError("--fuzz-seconds must be a positive number of seconds")

@@ -1,0 +1,607 @@
+"""Running a plan against a driver: each suite a pytest run in a child process, supervised.
+
+The child records every test's start and outcome in the journal (the pytest plugin's
+``--nncert-journal``). The runner watches the journal: a test that runs past the suite's
+``test_timeout`` is a HANG (the child is killed); a child that dies in a test leaves a start
+without an outcome, which the runner records as that test's CRASH. Either way the suite is
+started again, isolated test by test from then on (``--isolate``), and runs what has no
+outcome yet. A suite past its own deadline is stopped; what did not run has no outcome and
+the report says INCOMPLETE. ``--resume`` is the same mechanism over an earlier run's journal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from nncert import __version__
+from nncert.certify import journal
+from nncert.certify.plan import Plan, Suite, suite_files
+from nncert.resources import SUITES_INI, suites_root
+from nncert.testing.outcome import signal_name
+
+RUN_FILE = "run.json"
+JOURNAL_FILE = "journal.jsonl"
+LOGS_DIR = "logs"
+#: What tests leave behind for the report's reproducers (failing random graphs, fuzz findings).
+ARTIFACTS_DIR = "artifacts"
+#: pytest exit statuses of a session that ran to its end (tests failed, or none selected).
+_FINISHED = (0, 1, 5)
+#: A suite whose child keeps dying is given up after this many starts.
+MAX_STARTS = 25
+_TAIL = 2000
+
+
+class CertifyError(Exception):
+    """Bad input to certification (a usage error): one line, exit status 2."""
+
+
+@dataclass
+class RunSettings:
+    """What a run was asked to do; ``--resume`` continues exactly this."""
+
+    driver: str
+    plan: str  # the name or file given
+    plan_sha256: str
+    suites: list[str]
+    expectations: list[str] = field(default_factory=list)
+    jobs: int = 1
+    nncert: str = __version__
+
+    def save(self, out: Path) -> None:
+        write_new(out / RUN_FILE, json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, out: Path) -> RunSettings:
+        path = out / RUN_FILE
+        try:
+            data = json.loads(path.read_text())
+            return cls(**data)
+        except FileNotFoundError:
+            raise CertifyError(f"{out} holds no certification run ({RUN_FILE} is missing)") from None
+        except (OSError, ValueError, TypeError) as e:
+            raise CertifyError(f"{path}: not a certification run's settings: {e}") from None
+
+
+def write_new(path: Path, text: str | bytes) -> None:
+    """Write a file nncert owns, never through a symlink someone planted in its place."""
+    data = text.encode() if isinstance(text, str) else text
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def pytest_arguments(args: list[str]) -> list[str]:
+    """pytest arguments that run nncert's suites from anywhere: the suites' own configuration,
+    their root as rootdir (test ids read ``conformance/test_x.py::...``), and test paths given
+    relative to that root resolved against it."""
+    root = suites_root()
+    resolved = [
+        str(root / a)
+        if a.split("::")[0].split("/")[0] in ("conformance", "mlts", "fuzz")
+        and not Path(a.split("::")[0]).exists()
+        else a
+        for a in args
+    ]
+    return ["-c", str(SUITES_INI), "--rootdir", str(root), "--confcutdir", str(root), *resolved]
+
+
+def reproduce_command(test_id: str, driver: str, suite: Suite) -> str:
+    """The one line that reruns ``test_id`` alone with the suite's options (not its selection)."""
+    options: list[str] = []
+    skip = False
+    for arg in suite.args:
+        if skip:
+            skip = False
+        elif arg in ("-k", "-m"):
+            skip = True
+        elif arg.startswith("--"):
+            options.append(arg)
+    return shlex.join(["nncert", "test", test_id, f"--driver={driver}", *options])
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: die when the runner dies (a SIGKILLed ``nncert certify`` must
+    not leave suites writing to the journal that ``--resume`` reads)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class JournalTail:
+    """The records appended to the journal since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.rest = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()
+        out = []
+        for line in lines:
+            if line.strip():
+                out.append(journal.check_record(json.loads(line), str(self.path)))
+        return out
+
+
+class SuiteRun:
+    """One suite's child processes, from its first start to its end."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        settings: RunSettings,
+        out: Path,
+        state: journal.SuiteState,
+        writer: journal.Writer,
+    ) -> None:
+        self.suite, self.settings, self.out, self.state, self.writer = suite, settings, out, state, writer
+        self.proc: subprocess.Popen | None = None
+        self.log_path = out / LOGS_DIR / f"{suite.name}.log"
+        self.starts = 0
+        self.isolate = False
+        self.current: tuple[str, float] | None = None  # the running test and when it started
+        self.killed_for = ""  # why the runner killed the child: "hang" or "deadline"
+        self.began = 0.0
+        self.done_at_start = len(state.outcomes)
+        self.outcomes_at_start = 0
+        self.finished = False
+        self.result = ""  # finished | error | deadline
+
+    # -- the child
+
+    def command(self) -> list[str]:
+        suite, settings = self.suite, self.settings
+        artifacts = self.out / ARTIFACTS_DIR
+        args = [
+            *(str(f) for f in suite_files(suite)),
+            f"--driver={settings.driver}",
+            f"--nncert-journal={self.out / JOURNAL_FILE}",
+            f"--nncert-suite={suite.name}",
+            f"--graph-dir={artifacts / 'graphs'}",
+            "-q",
+            "--tb=no",
+            "--no-header",
+            "-p",
+            "no:randomly",
+            *(f"--expectations={e}" for e in settings.expectations),
+            *suite.args,
+        ]
+        if "fuzz/" in " ".join(suite.paths):
+            args.append(f"--fuzz-out={artifacts / 'fuzz'}")
+        if self.isolate:
+            args += ["--isolate", f"--isolate-timeout={suite.test_timeout}"]
+        return [sys.executable, "-m", "pytest", *pytest_arguments(args)]
+
+    def start(self) -> None:
+        self.starts += 1
+        self.killed_for = ""
+        self.current = None
+        self.outcomes_at_start = len(self.state.outcomes)
+        if not self.began:
+            self.began = time.monotonic()
+        record = {
+            "event": "suite",
+            "suite": self.suite.name,
+            "state": "started",
+            "start": self.starts,
+            "time": time.time(),
+            "isolate": self.isolate,
+            "command": shlex.join(self.command()),
+        }
+        self.writer.write(record, sync=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n--- start {self.starts}: {record['command']}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.out / ARTIFACTS_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def kill(self, why: str) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.killed_for = why
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    # -- what the journal says
+
+    def on_record(self, record: dict[str, Any]) -> None:
+        event = record["event"]
+        if event == "collected":
+            for test in record["tests"]:
+                self.state.tests.setdefault(test["id"], test)
+        elif event == "start":
+            self.state.started[record["id"]] = record
+            self.current = (record["id"], time.monotonic())
+        elif event == "outcome":
+            self.state.outcomes.setdefault(record["id"], record)
+            if self.current and self.current[0] == record["id"]:
+                self.current = None
+
+    # -- supervision
+
+    def check(self, now: float) -> None:
+        """Kill a child past a deadline; handle a child that ended (call after the journal was read)."""
+        if self.proc is None or self.finished:
+            return
+        if self.proc.poll() is None:
+            if self.current and now - self.current[1] > self.suite.test_timeout + (5 if self.isolate else 0):
+                self.kill("hang")
+            elif now - self.began > self.suite.timeout:
+                self.kill("deadline")
+            return
+        self._ended(self.proc.returncode)
+
+    def _ended(self, code: int) -> None:
+        self.proc = None
+        pending = self.state.pending
+        if self.killed_for == "deadline":
+            self._finish(
+                "deadline",
+                f"stopped at its deadline of {self.suite.timeout:g} s; "
+                f"{len(self.state.missing)} tests did not run",
+            )
+            return
+        for test_id in pending:
+            if self.killed_for == "hang":
+                self._record(
+                    test_id,
+                    "HANG",
+                    f"no outcome within {self.suite.test_timeout:g} s: the suite's process was killed",
+                )
+            else:
+                died = f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+                self._record(test_id, "CRASH", f"the suite's process died in this test ({died})")
+        missing = self.state.missing
+        if code in _FINISHED and not pending and not missing and not self.killed_for:
+            self._finish("finished", f"pytest exit status {code}")
+        elif missing and len(self.state.outcomes) > self.outcomes_at_start and self.starts < MAX_STARTS:
+            self.isolate = True  # it died once: from here on each test runs in a child of its own
+            self.start()
+        else:
+            self._finish(
+                "error",
+                f"pytest exit status {code}; {len(missing)} tests without an outcome; {self._log_tail(400)}",
+            )
+
+    def _record(self, test_id: str, status: str, message: str) -> None:
+        started = self.state.started.get(test_id, {})
+        entry = self.state.tests.get(test_id, {})
+        record = {
+            "event": "outcome",
+            "suite": self.suite.name,
+            "id": test_id,
+            "status": status,
+            "req": entry.get("req", []),
+            "message": message,
+            "detail": self._log_tail(_TAIL),
+            "duration": round(time.time() - started.get("time", time.time()), 3),
+        }
+        self.writer.write(record, sync=True)
+        self.on_record(record)
+
+    def _finish(self, result: str, message: str) -> None:
+        self.finished, self.result = True, result
+        self.writer.write(
+            {
+                "event": "suite",
+                "suite": self.suite.name,
+                "state": result,
+                "message": message,
+                "time": time.time(),
+            },
+            sync=True,
+        )
+
+    def _log_tail(self, chars: int) -> str:
+        try:
+            size = self.log_path.stat().st_size
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, size - 4 * chars))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return " ".join(text.split())[-chars:] if chars < _TAIL else text[-chars:]
+
+    # -- progress
+
+    def counts(self) -> tuple[int, int, int]:
+        """(tests with an outcome, tests collected, failures so far)."""
+        failures = sum(1 for r in self.state.outcomes.values() if r["status"] in journal.FAILING)
+        return len(self.state.outcomes), len(self.state.tests), failures
+
+
+class Progress:
+    """A live line on a terminal (done / total, failures, elapsed, ETA per running suite), and one
+    line per finished suite. Off a terminal only the finished lines, without the live one."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.last = 0.0
+
+    def update(self, runs: list[SuiteRun], now: float) -> None:
+        if not self.live or now - self.last < 0.5:
+            return
+        self.last = now
+        parts = []
+        for run in runs:
+            done, total, failures = run.counts()
+            elapsed = now - run.began
+            fresh = done - run.done_at_start
+            eta = f" ETA {_clock(elapsed / fresh * (total - done))}" if fresh and total > done else ""
+            parts.append(f"{run.suite.name} {done}/{total or '?'} fail {failures} {_clock(elapsed)}{eta}")
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        self.stream.write("\r\x1b[K" + " | ".join(parts)[:width])
+        self.stream.flush()
+
+    def finished(self, run: SuiteRun) -> None:
+        done, total, _ = run.counts()
+        tally: dict[str, int] = {}
+        for r in run.state.outcomes.values():
+            tally[r["status"]] = tally.get(r["status"], 0) + 1
+        what = ", ".join(f"{n} {s}" for s, n in sorted(tally.items(), key=lambda kv: -kv[1])) or "no tests"
+        note = "" if run.result == "finished" else f" [{run.result.upper()}]"
+        if self.live:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(
+            f"{run.suite.name}: {done}/{total} tests in {_clock(time.monotonic() - run.began)}: "
+            f"{what}{note}\n"
+        )
+        self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
+
+
+def run_suites(
+    plan: Plan,
+    settings: RunSettings,
+    out: Path,
+    progress: Progress,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> None:
+    """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, at most
+    ``settings.jobs`` at a time; an exclusive suite runs alone."""
+    (out / LOGS_DIR).mkdir(exist_ok=True)
+    (out / ARTIFACTS_DIR).mkdir(exist_ok=True)
+    path = out / JOURNAL_FILE
+    journal.cut_torn_tail(path)
+    states = journal.replay(journal.read(path))
+    finished_before = {
+        name
+        for name, s in states.items()
+        if any(e["state"] == "finished" for e in s.events) and not s.missing
+    }
+    tail = JournalTail(path)
+    with journal.Writer(path) as writer:
+        queue = [plan.suite(name) for name in settings.suites if name not in finished_before]
+        queue.sort(key=lambda s: s.exclusive)  # the exclusive ones last, alone
+        active: list[SuiteRun] = []
+        try:
+            while queue or active:
+                while (
+                    queue
+                    and len(active) < settings.jobs
+                    and not any(r.suite.exclusive for r in active)
+                    and not (queue[0].exclusive and active)
+                ):
+                    suite = queue.pop(0)
+                    run = SuiteRun(suite, settings, out, states.get(suite.name, journal.SuiteState()), writer)
+                    run.start()
+                    active.append(run)
+                for record in tail.read():
+                    for run in active:
+                        if run.suite.name == record["suite"]:
+                            run.on_record(record)
+                now = time.monotonic()
+                for run in active:
+                    run.check(now)
+                for run in [r for r in active if r.finished]:
+                    active.remove(run)
+                    progress.finished(run)
+                progress.update(active, now)
+                if interrupted():
+                    raise KeyboardInterrupt
+                time.sleep(0.1)
+        finally:
+            for run in active:
+                run.kill("interrupted")
+                if run.proc is not None:
+                    run.proc.wait()
+
+
+@dataclass
+class Request:
+    """What ``nncert certify`` was asked on its command line."""
+
+    out: Path
+    driver: str | None = None
+    plan: str | None = None
+    suites: list[str] | None = None
+    expectations: list[str] = field(default_factory=list)
+    jobs: int | None = None
+    resume: bool = False
+
+
+def _lock(out: Path) -> int:
+    """Hold the run directory: a second ``nncert certify`` on it (or a ``--resume`` while the first
+    still runs) is refused rather than interleaved."""
+    import fcntl
+
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CertifyError(f"{out} is in use by another nncert certify") from None
+    return fd
+
+
+def _settings(request: Request) -> tuple[RunSettings, Plan]:
+    """The run's settings: new from the request, or, with --resume, the recorded ones (which
+    the request may repeat but not change)."""
+    from nncert.certify.plan import PlanError, load_plan
+    from nncert.testing import expectations
+
+    out = request.out
+    if request.resume:
+        if not out.is_dir():
+            raise CertifyError(f"--resume {out}: no such directory")
+        settings = RunSettings.load(out)
+        for what, given, recorded in (
+            ("--driver", request.driver, settings.driver),
+            ("--plan", request.plan, settings.plan),
+            ("--suites", request.suites, settings.suites),
+            ("--jobs", request.jobs, settings.jobs),
+        ):
+            if given is not None and given != recorded:
+                raise CertifyError(f"--resume {out}: the run there has {what} {recorded!r}, not {given!r}")
+        if (
+            request.expectations
+            and [str(Path(e).resolve()) for e in request.expectations] != settings.expectations
+        ):
+            raise CertifyError(f"--resume {out}: the run there has --expectations {settings.expectations}")
+        try:
+            plan = load_plan(settings.plan)
+        except PlanError as e:
+            raise CertifyError(str(e)) from None
+        if plan.sha256 != settings.plan_sha256:
+            raise CertifyError(
+                f"--resume {out}: plan {settings.plan!r} changed since the run began "
+                f"(sha256 {plan.sha256[:12]}, recorded {settings.plan_sha256[:12]})"
+            )
+        return settings, plan
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CertifyError(
+            f"--out {out} is not empty: give --resume {out} to continue the run there, or a new directory"
+        )
+    if request.driver is None:
+        raise CertifyError("--driver is required (e.g. --driver litert)")
+    try:
+        plan = load_plan(request.plan or "standard")
+    except PlanError as e:
+        raise CertifyError(str(e)) from None
+    suites = request.suites or [s.name for s in plan.suites]
+    unknown = [s for s in suites if s not in {x.name for x in plan.suites}]
+    if unknown:
+        raise CertifyError(
+            f"--suites: plan {plan.name!r} has no suite {', '.join(unknown)}; "
+            f"its suites: {plan.suite_names()}"
+        )
+    files = []
+    for e in request.expectations:
+        path = Path(e)
+        if not path.is_file():
+            raise CertifyError(f"--expectations {e}: no such file")
+        files.append(str(path.resolve()))
+    try:
+        expectations.load_report(request.driver, files)
+    except (expectations.ExpectationsError, ValueError) as e:
+        raise CertifyError(str(e)) from None
+    jobs = request.jobs if request.jobs is not None else min(2, os.cpu_count() or 1)
+    if jobs < 1:
+        raise CertifyError(f"--jobs must be at least 1, not {jobs}")
+    settings = RunSettings(
+        request.driver,
+        request.plan or "standard",
+        plan.sha256,
+        [s.name for s in plan.suites if s.name in suites],
+        files,
+        jobs,
+    )
+    return settings, plan
+
+
+def _not_applied(settings: RunSettings) -> list[dict[str, str]]:
+    """The expectations entries that do not apply to this driver and runtime, with why."""
+    from nncert.testing import expectations
+
+    loaded = expectations.load_report(settings.driver, settings.expectations)
+    return [
+        {"source": n.expectation.source, "reason": n.expectation.reason, "why": n.why}
+        for n in loaded.not_applied
+    ]
+
+
+def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
+    """Run (or resume) a certification and write its report; returns the report. Raises
+    CertifyError for bad input before anything is written."""
+    from nncert.certify import report as reports
+    from nncert.certify.environment import DriverSpecProblem, driver_identity, environment
+
+    settings, plan = _settings(request)
+    for name in settings.suites:
+        suite_files(plan.suite(name))
+    try:
+        identity = driver_identity(settings.driver)
+    except DriverSpecProblem as e:
+        raise CertifyError(str(e)) from None
+    out = request.out
+    out.mkdir(parents=True, exist_ok=True)
+    lock = _lock(out)
+    try:
+        if not request.resume:
+            settings.save(out)
+        with journal.Writer(out / JOURNAL_FILE) as writer:
+            journal.cut_torn_tail(out / JOURNAL_FILE)
+            writer.write(
+                {
+                    "event": "run",
+                    "state": "started",
+                    "time": time.time(),
+                    "resume": request.resume,
+                    "identity": identity,
+                    "environment": environment(),
+                    "expectations_not_applied": _not_applied(settings),
+                },
+                sync=True,
+            )
+        progress = Progress(stream)
+        stream.write(
+            f"nncert certify: {settings.driver} ({identity.get('version_string', identity.get('error'))}), "
+            f"plan {plan.name} ({len(settings.suites)} suites), {settings.jobs} at a time; "
+            f"output in {out}\n"
+        )
+        stream.flush()
+        try:
+            run_suites(plan, settings, out, progress)
+        except KeyboardInterrupt:
+            stream.write("\ninterrupted: the report says INCOMPLETE; continue with --resume\n")
+        report = reports.build(out, plan, settings)
+        reports.write(out, report)
+    finally:
+        os.close(lock)
+    return report
