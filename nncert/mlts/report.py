@@ -10,6 +10,7 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -20,31 +21,61 @@ from nncert.mlts.run import ModelResult
 LATENCY_MARGIN = 0.10
 
 
+#: The keys of ``model_row`` that hold a list or a dict, not a summary column.
+DETAIL_KEYS = ("reasons", "outputs", "latency", "compile_ms")
+
+
+def model_row(r: ModelResult) -> dict[str, Any]:
+    """One model's figures as a JSON-able dict: its summary row and what the other tables
+    hold of it. The pytest suite records it as the ``nncert_mlts`` property, which the
+    certification report reads, so the keys are an interface:
+
+    - ``model``, ``driver`` (the spec), ``task``, ``quantised``, ``samples`` (run), ``status``
+      (PASS, FAIL, ERROR, UNSUPPORTED; XFAIL / XPASS once ``apply_expectations`` ran: the pytest
+      suite leaves expectations to pytest's strict xfail, so its rows keep the engine's verdict);
+    - a classifier's ``top1``, ``top5``, ``baseline_top1``, ``baseline_top5`` (fractions of the
+      labelled samples; None when none is labelled), ``top1_mark``, ``top5_mark`` (same / better /
+      worse than the baseline) and ``agreement`` (top-1 agreement with the baseline);
+    - a model that ran: ``p50_ms``, ``baseline_p50_ms``, ``latency_ratio`` (driver / baseline),
+      ``latency_mark``, and ``latency``: {"driver" | "baseline": {mean_ms, p50_ms, p90_ms, p99_ms,
+      runs}};
+    - ``outputs``: per output against the baseline, {output, type, elements, mean_abs_err,
+      max_abs_err, mse, max_steps, over_steps, verdict}: the steps for a quantised output only
+      (else None), the verdict "pass" or why the output fails (ACC-2, ACC-5);
+    - ``compile_ms``: {plain, and cache_miss / cache_hit for a driver with a compilation cache};
+    - ``reasons``: why it is not a plain PASS (a failure, a decline, a cache miss), one line each.
+    """
+    row: dict[str, Any] = {"model": r.entry.name, "driver": r.driver, "status": r.status,
+                           "samples": r.samples, "quantised": r.entry.quantised, "task": r.entry.task}
+    c = r.classes
+    if c is not None:
+        for k, table in (("top1", c.top1), ("top5", c.top5)):
+            d, b = c.rate(table, "driver"), c.rate(table, "baseline")
+            row.update({f"{k}": d, f"baseline_{k}": b, f"{k}_mark": mark(d, b, ACCURACY_MARGIN)})
+        row["agreement"] = c.agreement
+    lat = r.latency
+    if lat:
+        d, b = lat["driver"]["p50_ms"], lat["baseline"]["p50_ms"]
+        row.update({"p50_ms": d, "baseline_p50_ms": b, "latency_ratio": d / b if b else None,
+                    "latency_mark": mark(d, b, LATENCY_MARGIN * b, higher_is_better=False)})
+    row.update(reasons=list(r.reasons),
+               outputs=[{**s.row(), "verdict": s.failure() or "pass"} for s in r.outputs],
+               latency={who: dict(stats) for who, stats in lat.items()}, compile_ms=dict(r.compile_ms))
+    return row
+
+
 def tables(results: Sequence[ModelResult]) -> dict[str, pd.DataFrame]:
     summary, errors, latency, compile_rows = [], [], [], []
     for r in results:
-        c = r.classes
-        row = {"model": r.entry.name, "driver": r.driver, "status": r.status, "samples": r.samples,
-               "quantised": r.entry.quantised, "task": r.entry.task}
-        if c is not None:
-            for k, table in (("top1", c.top1), ("top5", c.top5)):
-                d, b = c.rate(table, "driver"), c.rate(table, "baseline")
-                row.update({f"{k}": d, f"baseline_{k}": b, f"{k}_mark": mark(d, b, ACCURACY_MARGIN)})
-            row["agreement"] = c.agreement
-        lat = r.latency
-        if lat:
-            d, b = lat["driver"]["p50_ms"], lat["baseline"]["p50_ms"]
-            row.update({"p50_ms": d, "baseline_p50_ms": b, "latency_ratio": d / b if b else None,
-                        "latency_mark": mark(d, b, LATENCY_MARGIN * b, higher_is_better=False)})
-        row["reason"] = "; ".join(r.reasons)
-        summary.append(row)
-        for s in r.outputs:
-            errors.append({"model": r.entry.name, "driver": r.driver, **s.row(),
-                           "verdict": s.failure() or "pass"})
-        for who, stats in lat.items():
-            latency.append({"model": r.entry.name, "driver": r.driver, "runtime": who, **stats})
-        if r.compile_ms:
-            compile_rows.append({"model": r.entry.name, "driver": r.driver, **r.compile_ms})
+        row = model_row(r)
+        name, driver = row["model"], row["driver"]
+        summary.append({**{k: v for k, v in row.items() if k not in DETAIL_KEYS},
+                        "reason": "; ".join(row["reasons"])})
+        errors += [{"model": name, "driver": driver, **o} for o in row["outputs"]]
+        latency += [{"model": name, "driver": driver, "runtime": who, **stats}
+                    for who, stats in row["latency"].items()]
+        if row["compile_ms"]:
+            compile_rows.append({"model": name, "driver": driver, **row["compile_ms"]})
     return {"summary": pd.DataFrame(summary), "errors": pd.DataFrame(errors),
             "latency": pd.DataFrame(latency), "compilation": pd.DataFrame(compile_rows)}
 
@@ -176,4 +207,4 @@ are "same".</p>
 """
 
 
-__all__ = ["LATENCY_MARGIN", "render", "tables", "write"]
+__all__ = ["DETAIL_KEYS", "LATENCY_MARGIN", "model_row", "render", "tables", "write"]

@@ -79,6 +79,11 @@ class ZooError(Exception):
     """An entry that cannot be built (a package missing, an unsupported operator): one line."""
 
 
+class MissingPackageError(ZooError):
+    """The package an entry's model or data comes from is not installed: the environment
+    lacks it (the message says how to install it); nothing is wrong with the driver or the zoo."""
+
+
 # -- the cache -----------------------------------------------------------------------------------
 
 def zoo_dir(option: str | os.PathLike | None = None) -> Path:
@@ -103,8 +108,10 @@ def load(entry: ZooModel, directory: Path, progress: Callable[[str], None] = lam
     try:
         built = entry.build()
     except ImportError as e:
-        raise ZooError(f"{entry.name}: needs a package that is not installed: {e.name or e} "
-                       "(pip install -e '.[mlts]')") from None
+        if (e.name or "").partition(".")[0] == "nncert":
+            raise  # nncert's own module: a bug to see, not a package to install
+        raise MissingPackageError(f"{entry.name}: needs a package that is not installed: {e.name or e} "
+                                  "(pip install -e '.[mlts]')") from None
     built.info.update(name=entry.name, source=entry.source, recipe=entry.recipe,
                       build_s=round(time.monotonic() - start, 2),
                       tflite_sha256=hashlib.sha256(built.tflite).hexdigest())
@@ -222,7 +229,7 @@ def package_file(package: str, path: str) -> bytes:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         how = INSTALL.get(package, "pip install -e '.[mlts]'")
-        raise ZooError(f"the package of {package} is not installed ({how})")
+        raise MissingPackageError(f"the package of {package} is not installed ({how})")
     try:
         return (Path(next(iter(spec.submodule_search_locations))) / path).read_bytes()
     except OSError as e:
@@ -324,7 +331,8 @@ def _mww_clips() -> tuple[Sample, ...]:
     try:
         from pymicro_wakeword import MicroWakeWordFeatures
     except ImportError:
-        raise ZooError("the package pymicro-wakeword is not installed (pip install -e '.[mlts]')") from None
+        raise MissingPackageError("the package pymicro-wakeword is not installed "
+                                  "(pip install -e '.[mlts]')") from None
     from nncert.mlts import datasets
 
     clips = []
@@ -398,5 +406,5 @@ def select(names: str | None) -> list[ZooModel]:
     return [ZOO[n] for n in wanted]
 
 
-__all__ = ["CALIBRATION_IMAGES", "MISSING_MODELS", "ZOO", "Built", "Sample", "ZooError", "ZooModel", "load",
-           "select", "to_input", "zoo_dir"]
+__all__ = ["CALIBRATION_IMAGES", "MISSING_MODELS", "ZOO", "Built", "MissingPackageError", "Sample",
+           "ZooError", "ZooModel", "load", "select", "to_input", "zoo_dir"]
