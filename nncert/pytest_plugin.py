@@ -363,7 +363,7 @@ def _status(report: pytest.TestReport) -> tuple[str, str]:
         return "PASS", ""
     if report.skipped:
         reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-        reason = reason.removeprefix("Skipped: ")
+        reason = re.sub(r"^[\w.]*(Skipped|Declined): ", "", reason)
         return ("DECLINED" if properties.get("nncert_declined") else "SKIPPED"), reason
     message = _failure_message(report)
     return "FAIL", (message if report.when == "call" else f"error in {report.when}: {message}")

@@ -189,7 +189,8 @@ def _property_rows(tests: list[dict[str, Any]], key: str) -> list[dict[str, Any]
     for t in tests:
         row = (t.get("properties") or {}).get(key)
         if isinstance(row, dict):
-            rows.append({**row, "test": t["id"], "status": t["status"]})
+            # The test's status is the certification's; the row's own (an engine's word) is kept.
+            rows.append({**row, "result": row.get("status"), "test": t["id"], "status": t["status"]})
     return rows
 
 

@@ -368,6 +368,12 @@ class Driver:
     def supported_operations(self, model: Model) -> list[bool]:
         raise NotImplementedError
 
+    def decline_reasons(self, model: Model) -> list[str | None]:
+        """Why each operation ``supported_operations`` declines is declined (None where it is
+        claimed). Not a HAL call: the HAL says only yes or no, but a certification report must
+        give the driver's reason for every decline, so a driver that knows it says it here."""
+        return [None if ok else "" for ok in self.supported_operations(model)]
+
     def prepare_model(self, model: Model,
                       preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, deadline: Deadline = None,

@@ -233,9 +233,12 @@ class CompiledDriver(Driver):
         return measured_capabilities(self)
 
     def supported_operations(self, model: Model) -> list[bool]:
+        return [reason is None for reason in self.decline_reasons(model)]
+
+    def decline_reasons(self, model: Model) -> list[str | None]:
         validate_model(model, self.feature_level)
         wide = widen_float16(model.copy())  # the copy's enum types, not a decoded model's raw ints
-        return [self.why_unsupported(wide, n) is None for n in range(len(wide.main.operations))]
+        return [self.why_unsupported(wide, n) for n in range(len(wide.main.operations))]
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
         """Why the driver declines operation ``index`` of a widened model, or None."""

@@ -11,9 +11,10 @@ import pytest
 
 from nncert.drivers.base import Deadline, Driver, PreparedModel, SyncFence, hang_timeout
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
-from nncert.hal.errors import DriverFault, HalError
+from nncert.hal.errors import DriverFault, HalError, ValidationError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
+from nncert.hal.types import LATEST, ErrorStatus, MeasureTiming, OperandType, OperationType
+from nncert.hal.validation import validate_model
 from nncert.testing import triage
 from nncert.testing.cases import OpCase
 from nncert.testing.criteria import output_mismatches
@@ -101,13 +102,36 @@ class CaseError(AssertionError):
 
 
 def declined(driver: Driver, model: Model) -> str | None:
-    """Why the driver declines ``model`` (one reason per declined operation), or None."""
+    """Why the driver declines ``model`` (each declined operation with the driver's reason), or
+    None. A model that needs a newer HAL version than the driver's feature level is declined too:
+    such a driver rightly calls it invalid, and the test is not about that (VER-1)."""
+    if driver.feature_level < LATEST and _needs_newer_version(model, driver.feature_level):
+        return f"{driver.name} is HAL {driver.feature_level.label}: the model needs a newer version"
     supported = driver.supported_operations(model)
     if len(supported) != len(model.main.operations):
         raise CaseError(f"DRV-2: supported_operations returned {len(supported)} flags for "
                           f"{len(model.main.operations)} operations")
-    names = [op.type.name for op, ok in zip(model.main.operations, supported, strict=True) if not ok]
-    return f"{driver.name} declines {', '.join(names)}" if names else None
+    if all(supported):
+        return None
+    reasons = driver.decline_reasons(model)
+    if len(reasons) != len(supported):
+        reasons = [None if ok else "" for ok in supported]
+    names = [op.type.name + (f" ({reason})" if reason else "")
+             for op, ok, reason in zip(model.main.operations, supported, reasons, strict=True) if not ok]
+    return f"{driver.name} declines {'; '.join(names)}"
+
+
+def _needs_newer_version(model: Model, level) -> bool:
+    """Invalid at ``level`` and valid at the latest version: it uses something newer."""
+    try:
+        validate_model(model, level)
+    except ValidationError:
+        try:
+            validate_model(model)
+        except ValidationError:
+            return False  # invalid at every version: a test about validation, not ours to decline
+        return True
+    return False
 
 
 def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:

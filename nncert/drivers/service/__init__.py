@@ -605,9 +605,20 @@ class ServiceDriver(Driver):
 
     # -- compilation --
     def supported_operations(self, model: Model) -> list[bool]:
+        return list(self._supported_operations(model)["value"])
+
+    def decline_reasons(self, model: Model) -> list[str | None]:
+        reply = self._supported_operations(model)
+        flags, reasons = list(reply["value"]), reply.get("reasons")
+        if not isinstance(reasons, list) or len(reasons) != len(flags):  # an optional field
+            reasons = [None] * len(flags)
+        return [None if ok else (r if isinstance(r, str) else "")
+                for ok, r in zip(flags, reasons, strict=True)]
+
+    def _supported_operations(self, model: Model) -> dict:
         fds: list[int] = []
         desc, blob = wire.encode_model(model, fds)
-        return list(self.conn.call("supported_operations", {"model": desc}, blob, fds)[0]["value"])
+        return self.conn.call("supported_operations", {"model": desc}, blob, fds)[0]
 
     def prepare_model(self, model: Model,
                       preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,

@@ -355,7 +355,10 @@ class Session(BufferOps):
     # -- compilation --
     def op_supported_operations(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         model = wire.decode_model(body["model"], blob, fdr)
-        return ok({"value": [bool(x) for x in self.driver.supported_operations(model)]}), b"", []
+        # The reasons come with the flags (one call of the hosted driver answers both).
+        reasons = self.driver.decline_reasons(model)
+        return ok({"value": [r is None for r in reasons],
+                   "reasons": [None if r is None else str(r) for r in reasons]}), b"", []
 
     def _caches(self, body: dict, fdr: wire.FdReader) -> tuple[list[int], list[int]]:
         """The cache files' descriptors (taken last: nothing may fail between taking them and
