@@ -1,0 +1,92 @@
+"""Certification report building: the time from a finished run's journal to a verified report
+directory, for a synthetic run of N outcomes (tests/certify_synthetic.py: realistic ids and
+requirement lists, a few hundred failures with messages, declines with reasons, operation and
+type markers, waivers, MLTS and fuzz properties). Each part is timed on its own — report.build
+(journal to report dict), then what report.write writes: report.json, report.html, junit.xml,
+the CSV tables, MANIFEST.sha256 — then report.write whole into a fresh directory, and
+``verify(recollect=False)`` (manifest, journal against report, verdicts; the recollection runs
+pytest and is not report building). Each figure is the best of ``--rounds``.
+
+    python benchmarks/bench_certify.py [--outcomes 20000] [--rounds 3] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nncert.certify import html, report
+from nncert.certify.verify import verify
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from certify_synthetic import write_run  # the shared synthetic run lives with the tests
+
+
+def best(fn: Callable[[], object], rounds: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--outcomes", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="cProfile build + write + verify once")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nncert-bench-certify-") as tmp:
+        run = Path(tmp) / "run"
+        plan, settings = write_run(run, args.outcomes)
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            report.write(run, report.build(run, plan, settings))
+            verify(run, recollect=False)
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+            return
+        took: dict[str, float] = {}
+        took["build"], built = best(lambda: report.build(run, plan, settings), args.rounds)
+        rep: dict = built  # type: ignore[assignment]
+        took["report.json"], _ = best(lambda: json.dumps(rep, indent=1, default=str), args.rounds)
+        took["report.html"], page = best(lambda: html.render(rep), args.rounds)
+        took["junit.xml"], _ = best(lambda: report.junit(rep), args.rounds)
+        took["tables (CSV)"], _ = best(
+            lambda: [frame.to_csv(index=False) for frame in report.tables(rep).values()], args.rounds
+        )
+        report.write(run, rep)
+        took["manifest"], _ = best(lambda: report.manifest_lines(run), args.rounds)
+        fresh = iter(range(args.rounds))
+
+        def write_fresh() -> None:
+            out = Path(tmp) / f"write{next(fresh)}"
+            out.mkdir()
+            report.write(out, rep)
+
+        took["write (all files)"], _ = best(write_fresh, args.rounds)
+        took["verify"], problems = best(lambda: verify(run, recollect=False), args.rounds)
+    statuses: dict[str, int] = {}
+    for t in rep["tests"]:
+        statuses[t["status"] or "NO OUTCOME"] = statuses.get(t["status"] or "NO OUTCOME", 0) + 1
+    print(
+        f"{len(rep['tests'])} outcomes ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}); "
+        f"report.html {len(page) / 1e6:.1f} MB; verify problems: {len(problems)}"  # type: ignore[arg-type]
+    )
+    for part, seconds in took.items():
+        print(f"  {part:20s} {seconds:6.2f} s")
+    total = took["build"] + took["write (all files)"] + took["verify"]
+    print(f"  {'build + write + verify':20s} {total:6.2f} s (aim 5 s)")
+
+
+if __name__ == "__main__":
+    main()
