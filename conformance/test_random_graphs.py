@@ -26,7 +26,7 @@ def shrink_budget(pytestconfig: pytest.Config) -> dict[str, float]:
 
 @pytest.mark.req("ACC-5")
 @pytest.mark.parametrize("cell", matrix(), ids=lambda c: c.label)
-def test_random_graph(cell, driver, pytestconfig, shrink_budget):
+def test_random_graph(cell, driver, pytestconfig, shrink_budget, record_property):
     seed, graphs = pytestconfig.getoption("seed"), pytestconfig.getoption("graphs")
     spec = pytestconfig.getoption("driver")
     left = shrink_budget["left"]
@@ -43,6 +43,7 @@ def test_random_graph(cell, driver, pytestconfig, shrink_budget):
     if pytestconfig.getoption("three_way") and not pytestconfig.getoption("isolate"):
         failure.verdict = rg.triage(failure, spec)
     path = rg.dump(failure, Path(pytestconfig.getoption("graph_dir")), spec)
+    record_property("reproduce", f"nncert repro {path} --driver {spec}")  # the report's reproducer
     verdict = f"; {failure.verdict['summary']}" if failure.verdict else ""
     pytest.fail(f"ACC-5: {failure.headline}{verdict}\nspec: {path}\n"
                 f"replay: nncert repro {path} --driver {spec}\n{failure.graph.describe()}")

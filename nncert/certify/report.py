@@ -109,12 +109,28 @@ def _suites(
                 "state": where,
                 "message": message,
                 "starts": sum(1 for e in state.events if e["state"] == "started"),
+                "wall": _wall(state.events),
                 "tests": len(state.tests),
                 "counts": dict(by_suite[name]),
                 "duration": round(duration[name], 3),
             }
         )
     return out
+
+
+def _wall(events: list[dict[str, Any]]) -> float:
+    """Seconds a suite's child processes ran, from the runner's records (each start to its end)."""
+    total, began = 0.0, None
+    for e in events:
+        if "time" not in e:
+            continue
+        if e["state"] == "started":  # a restart ends the previous child's stretch
+            total += e["time"] - began if began is not None else 0.0
+            began = e["time"]
+        elif began is not None:
+            total += e["time"] - began
+            began = None
+    return round(total, 3)
 
 
 def suite_problems(suites: list[dict[str, Any]]) -> list[str]:

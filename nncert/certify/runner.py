@@ -481,6 +481,10 @@ def _settings(request: Request) -> tuple[RunSettings, Plan]:
         if not out.is_dir():
             raise CertifyError(f"--resume {out}: no such directory")
         settings = RunSettings.load(out)
+        try:  # read whole before anything runs: a corrupted journal is refused, never appended to
+            journal.read(out / JOURNAL_FILE)
+        except journal.JournalError as e:
+            raise CertifyError(str(e)) from None
         for what, given, recorded in (
             ("--driver", request.driver, settings.driver),
             ("--plan", request.plan, settings.plan),
