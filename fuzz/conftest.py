@@ -13,6 +13,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how long each fuzz target runs (default: 5)")
     group.addoption("--fuzz-out", metavar="DIR",
                     help="where each target's campaign directory goes (default: a temporary directory)")
+    group.addoption("--fuzz-seeds", type=int, default=None, metavar="N",
+                    help="start each campaign from at most N of its target's seeds, spread over the "
+                         "catalogue (default: all)")
     group.addoption("--fuzz-seed", type=int, default=1, metavar="N",
                     help="libFuzzer -seed of each campaign (default: 1; 0 lets libFuzzer choose)")
 
@@ -20,3 +23,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("fuzz_seconds") > 0:
         raise pytest.UsageError("--fuzz-seconds must be a positive number of seconds")
+    if config.getoption("fuzz_seeds") is not None and config.getoption("fuzz_seeds") < 1:
+        raise pytest.UsageError("--fuzz-seeds must be at least 1")

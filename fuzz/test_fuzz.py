@@ -1,27 +1,59 @@
 """VAL-3: every fuzz target's campaign against ``--driver`` for ``--fuzz-seconds`` (a smoke run in
 a certification; `nncert fuzz` runs long campaigns). A finding the driver's expectations do not
-already list fails the test with its replay command; known ones are recorded, not failed."""
+already list fails the test with its replay command; known ones are recorded, not failed.
+
+The selected targets' campaigns run at once (a campaign's time is wall-clock time, most of a
+short one is its workers' start-up), each test waiting for its own; under ``--isolate`` a test
+runs only its own."""
 
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nncert.fuzz.campaign import Campaign, CampaignConfig, known_targets, resolve_target
 
 
+def _campaign(target: str, config: pytest.Config, out: Path) -> dict[str, Any]:
+    found, script = resolve_target(target)
+    settings = CampaignConfig(time=config.getoption("fuzz_seconds"), seed=config.getoption("fuzz_seed"),
+                              minimise_time=5.0, max_seeds=config.getoption("fuzz_seeds"))
+    return Campaign(found, script, config.getoption("driver"), out / target, settings).run()
+
+
+@pytest.fixture(scope="session")
+def campaigns(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """target -> the future of its campaign's summary, for every target this session runs."""
+    config = request.config
+    out = Path(config.getoption("fuzz_out") or tmp_path_factory.mktemp("fuzz"))
+    targets = sorted({item.callspec.params["target"] for item in request.session.items
+                      if item.originalname == "test_fuzz_target"})
+    pool = ThreadPoolExecutor(max_workers=max(1, len(targets)))
+    futures: dict[str, Future] = {}
+
+    def start(target: str) -> Future:
+        if target not in futures:
+            futures[target] = pool.submit(_campaign, target, config, out)
+        return futures[target]
+
+    if importlib.util.find_spec("atheris") is not None and not config.getoption("isolate"):
+        # (a forked test must not start its siblings' campaigns)
+        for target in targets:
+            start(target)
+    yield start
+    pool.shutdown(wait=True)
+
+
 @pytest.mark.req("VAL-3")
 @pytest.mark.parametrize("target", sorted(known_targets()))
-def test_fuzz_target(target, pytestconfig, tmp_path, record_property):
+def test_fuzz_target(target, campaigns, record_property):
     if importlib.util.find_spec("atheris") is None:
         pytest.skip("atheris is not installed: pip install 'nncert[fuzz]'")
-    out = Path(pytestconfig.getoption("fuzz_out") or tmp_path) / target
-    found, script = resolve_target(target)
-    config = CampaignConfig(time=pytestconfig.getoption("fuzz_seconds"),
-                            seed=pytestconfig.getoption("fuzz_seed"), minimise_time=5.0)
-    summary = Campaign(found, script, pytestconfig.getoption("driver"), out, config).run()
+    summary = campaigns(target).result()
     findings = [{"key": key, **f} for key, f in summary["findings_by_key"].items()]
     record_property("nncert_fuzz", {"target": target, "execs": summary["execs"], "corpus": summary["corpus"],
                                     "seconds": summary["elapsed_s"], "findings": findings})

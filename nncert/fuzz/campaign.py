@@ -109,11 +109,16 @@ def content_name(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
 
 
-def write_seeds(target: Target, out: Path) -> list[Path]:
-    """The target's seeds, one file per seed named by its content hash."""
+def write_seeds(target: Target, out: Path, limit: int | None = None) -> list[Path]:
+    """The target's seeds, one file per seed named by its content hash; with ``limit``, at most
+    that many, spread evenly over the catalogue (a short campaign otherwise spends its time
+    loading thousands of seeds)."""
     out.mkdir(parents=True, exist_ok=True)
+    seeds = list(target.seeds())
+    if limit is not None and len(seeds) > limit:
+        seeds = [seeds[i * len(seeds) // limit] for i in range(limit)]
     paths = []
-    for data in target.seeds():
+    for data in seeds:
         path = out / content_name(data)
         path.write_bytes(data)
         paths.append(path)
@@ -226,12 +231,15 @@ class CampaignConfig:
     minimise_time: float = 30.0  # per new finding
     progress_every: float = 5.0  # seconds between progress lines
     extra_flags: list[str] = field(default_factory=list)
+    max_seeds: int | None = None  # at most this many of the target's seeds (None: all)
 
     def __post_init__(self) -> None:
         if not self.time > 0:
             raise ValueError(f"--time must be positive, not {self.time}")
         if self.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, not {self.jobs}")
+        if self.max_seeds is not None and self.max_seeds < 1:
+            raise ValueError(f"--max-seeds must be at least 1, not {self.max_seeds}")
         if self.timeout < 1:
             raise ValueError(f"--timeout must be at least 1 second, not {self.timeout}")
         for flag in self.extra_flags:
@@ -280,8 +288,8 @@ class Campaign:
         self.duplicates: dict[str, int] = {}
         self.seen = {p.name for p in self.artifacts_dir.iterdir()}  # a previous run's are left alone
         self.started = time.monotonic()
-        self.deadline = self.started + config.time
-        seeds = write_seeds(target, self.corpus_dir)
+        self.deadline = self.started + config.time  # set again when run() starts the workers
+        seeds = write_seeds(target, self.corpus_dir, config.max_seeds)
         for directory in corpus:
             for path in sorted(Path(directory).iterdir()):
                 if path.is_file():
@@ -482,6 +490,9 @@ class Campaign:
         # libFuzzer checks -max_total_time only between inputs and not while it loads its corpus
         # (a restarted worker re-runs it all): at the deadline the workers are killed.
         grace = 1.0
+        # The time budget is the workers': writing the corpus above does not use it up.
+        self.started = time.monotonic()
+        self.deadline = self.started + self.config.time
         try:
             for w in self.workers:
                 self._start(w)

@@ -10,6 +10,7 @@ Finding of kind "crash" or "hang".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -60,9 +61,13 @@ class Target:
 def case_seeds() -> Iterator[bytes]:
     """The encoding of every catalogue case in every variation it supports: each decodes to
     a valid model (and, for the request targets, a valid request)."""
-    for index in range(len(dec.cases())):
-        if dec.supported(index):
-            yield dec.encode_case(index)
+    yield from _case_seeds()
+
+
+@functools.cache
+def _case_seeds() -> tuple[bytes, ...]:
+    # Five targets share them, and campaigns run side by side: encoded once per process.
+    return tuple(dec.encode_case(index) for index in range(len(dec.cases())) if dec.supported(index))
 
 
 def burst_seeds() -> Iterator[bytes]:
