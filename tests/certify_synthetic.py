@@ -343,6 +343,8 @@ def _outcome(
             f"{op} {t['type']}: the LiteRT exporter has no {t['type']} kernel for {op} "
             f"(TFLite builtin {op.lower()} accepts float32 and int8 only)"
         )
+        if hostile:
+            record["message"] += f" {hostile}"
     elif status == "SKIPPED":
         record["message"] = "the driver has no memory domains (allocate returns GENERAL_FAILURE)"
     elif status == "WAIVED":
