@@ -57,6 +57,17 @@ paths = ["conformance/test_memory_domains.py"]
 args = ["-k", "float32-sync and (execution_bad_token or buffer_of_another_prepared_model)"]
 """
 
+#: One suite whose first test hangs (an in-process driver that never returns) and a short limit.
+HANG_PLAN = """
+name = "hang"
+test_timeout = 4
+
+[[suite]]
+name = "operations"
+paths = ["conformance/test_operations.py"]
+args = ["-k", "test_operation[ and s0] and (ADD-float32-none or NOT_EQUAL-quant8_asymm-)"]
+"""
+
 #: mutant -> (the suite that catches it, the requirement it breaks): four requirement families.
 MUTANTS = {
     "quant_off_by_2": ("operations", "ACC-2"),
@@ -105,6 +116,10 @@ def runs(mini, tmp_path_factory):
         whole = name == "quant_off_by_2"
         start(name, "--driver", f"mutant:{name}", *([] if whole else ["--suites", suite]))
     start("crash", "--driver", "mutant:crash,op=ADD", "--suites", "operations,validation")
+    hang_plan = base / "hang.toml"
+    hang_plan.write_text(HANG_PLAN)
+    futures["hang"] = (pool.submit(certify, "--out", str(base / "hang"), "--plan", str(hang_plan), "--driver",
+                                   "mutant:hang,op=ADD"), base / "hang")
 
     def result(name: str) -> tuple[subprocess.CompletedProcess, Path]:
         future, out = futures[name]
@@ -178,6 +193,18 @@ def test_a_crash_is_recorded_and_later_suites_still_run(runs):
     assert operations["counts"].get("PASS", 0) >= 1  # NOT_EQUAL ran after the crashes
     assert validation["state"] == "finished" and validation["counts"] == {"PASS": validation["tests"]}
     assert report["requirements"]["DRV-2"]["verdict"] == "FAIL"
+
+
+def test_a_hang_is_recorded_and_the_suite_goes_on(runs):
+    proc, out = runs("hang")
+    report = report_of(out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    by_status = {t["status"]: t for t in report["tests"]}
+    assert set(by_status) == {"HANG", "PASS"}
+    assert "ADD-float32-none" in by_status["HANG"]["id"] and "NOT_EQUAL" in by_status["PASS"]["id"]
+    assert "no outcome within 4 s" in by_status["HANG"]["message"]
+    assert report["suites"][0]["state"] == "finished" and report["suites"][0]["starts"] == 2
+    assert report["requirements"]["MLTS-2"]["verdict"] == "NOT TESTED"
 
 
 def test_a_run_killed_then_resumed_equals_one_never_interrupted(runs, mini, tmp_path):

@@ -8,6 +8,7 @@ the shared environment is never touched and entry points are found as in a real 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -151,3 +152,33 @@ def test_broken_vendor_driver_is_a_pytest_usage_error(broken_site, spec, names):
     out = proc.stdout + proc.stderr
     assert "INTERNALERROR" not in out and "Traceback" not in out
     assert [line for line in out.splitlines() if line.strip()] == [f"ERROR: {names}: {NPU0}"]
+
+
+@pytest.mark.parametrize("spec,names", BROKEN[:2])
+def test_broken_vendor_driver_is_one_line_from_certify(broken_site, spec, names, tmp_path):
+    proc = nncert("certify", "--driver", spec, "--out", str(tmp_path / "cert"), "--plan", "smoke",
+                  site=broken_site)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == f"nncert: error: {names}: {NPU0}\n"
+    assert not (tmp_path / "cert").exists()  # nothing written for a driver that cannot start
+
+
+def test_the_example_is_certified_with_the_smoke_plan(example_site, tmp_path):
+    """What a vendor does at the end of the first hour: the smoke plan, every suite, one report.
+    The example claims a subset and declines the rest with reasons; its one known discrepancy
+    (expectations.toml) is a waiver, so it is conformant with waivers."""
+    out = tmp_path / "cert"
+    proc = run([sys.executable, "-m", "nncert.cli", "certify", "--driver", "example-npu", "--plan", "smoke",
+                "--out", str(out)], example_site, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("CONFORMANT WITH WAIVERS: example-npu on plan smoke")
+    report = json.loads((out / "report.json").read_text())
+    assert report["driver"]["version_string"].startswith("example-npu 0.1.0")
+    assert [s["state"] for s in report["suites"]] == ["finished"] * len(report["suites"])
+    assert [w["source"] for w in report["waivers"]] == ["nncert_example_npu/expectations.toml#1"]
+    declined = [c for c in report["coverage"] if c["state"] == "declined"]
+    assert declined and all("example-npu declines" in c["declined_reason"] for c in declined)
+    assert report["requirements"]["MEM-4"]["verdict"] == "NOT APPLICABLE"  # no memory domains
+    check = run([sys.executable, "-m", "nncert.cli", "certify", "verify", str(out), "--no-recollect"],
+                example_site)
+    assert check.returncode == 0, check.stdout + check.stderr
