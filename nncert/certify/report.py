@@ -16,7 +16,7 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 
 from nncert.certify import journal, verdict
-from nncert.certify.plan import Plan, parse_plan
+from nncert.certify.plan import Plan, Suite, parse_plan
 from nncert.certify.runner import JOURNAL_FILE, RunSettings, reproduce_command, write_new
 from nncert.requirements import REQUIREMENTS
 
@@ -55,20 +55,24 @@ def _test_entry(
     return entry
 
 
-def _tests(plan: Plan, settings: RunSettings, states: dict[str, journal.SuiteState]) -> list[dict[str, Any]]:
+def _reproduce(test_id: str, outcome: dict[str, Any] | None, settings: RunSettings, suite: Suite) -> str:
+    """A failure's reproducer; none for the rest, which show none (20,000 commands cost 0.1 s)."""
+    if outcome is None or outcome["status"] not in journal.FAILING:
+        return ""
+    return reproduce_command(test_id, settings.driver, suite)
+
+
+def test_entries(
+    plan: Plan, settings: RunSettings, states: dict[str, journal.SuiteState]
+) -> list[dict[str, Any]]:
+    """Every test of the run, from the replayed journal, as the report lists them."""
     tests = []
     for name in settings.suites:
         state = states.get(name, journal.SuiteState())
         suite = plan.suite(name)
         for test_id, collected in state.tests.items():
-            tests.append(
-                _test_entry(
-                    name,
-                    collected,
-                    state.outcomes.get(test_id),
-                    reproduce_command(test_id, settings.driver, suite),
-                )
-            )
+            outcome = state.outcomes.get(test_id)
+            tests.append(_test_entry(name, collected, outcome, _reproduce(test_id, outcome, settings, suite)))
         # Outcomes of tests the collection did not list (the runner's CRASH of a test whose
         # collection record was lost) are kept too: nothing recorded is dropped.
         for test_id, outcome in state.outcomes.items():
@@ -78,7 +82,7 @@ def _tests(plan: Plan, settings: RunSettings, states: dict[str, journal.SuiteSta
                         name,
                         {"id": test_id, "req": outcome["req"]},
                         outcome,
-                        reproduce_command(test_id, settings.driver, suite),
+                        _reproduce(test_id, outcome, settings, suite),
                     )
                 )
     return tests
@@ -229,7 +233,7 @@ def build(out: Path, plan: Plan, settings: RunSettings) -> dict[str, Any]:
     records = journal.read(out / JOURNAL_FILE)
     states = journal.replay(records)
     runs = [r for r in records if r["event"] == "run"]
-    tests = _tests(plan, settings, states)
+    tests = test_entries(plan, settings, states)
     suites = _suites(settings, plan, states, tests)
     requirements = requirements_section(tests)
     waivers, stale = _waivers(tests)
@@ -327,7 +331,9 @@ def junit(report: dict[str, Any]) -> bytes:
                 kind = (status or "no outcome").lower()
                 ET.SubElement(case, "skipped", type=kind, message=message[:500] or kind)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    # Serialised to str and encoded once: the same bytes as encoding="utf-8", without a codec
+    # call per write (a third of the time for 20,000 tests).
+    return ("<?xml version='1.0' encoding='utf-8'?>\n" + ET.tostring(root, encoding="unicode")).encode()
 
 
 def tables(report: dict[str, Any]) -> dict[str, pd.DataFrame]:

@@ -27,13 +27,13 @@ from nncert.certify.plan import Plan, PlanError, known_plans, load_plan, suite_f
 from nncert.certify.report import (
     JOURNAL_FILE,
     MANIFEST_FILE,
-    build,
     file_sha256,
     load,
     overall,
     report_plan,
     requirements_section,
     suite_problems,
+    test_entries,
 )
 from nncert.certify.runner import RUN_FILE, CertifyError, RunSettings, pytest_arguments
 
@@ -140,12 +140,15 @@ def _journal_matches(out: Path, report: dict[str, Any], plan: Plan, settings: Ru
         records = journal.read(out / JOURNAL_FILE)
     except journal.JournalError as e:
         return [str(e)]
+    states = journal.replay(records)
     problems = [
         f"test {t} of suite {name} has more than one outcome in the journal"
-        for name, state in journal.replay(records).items()
+        for name, state in states.items()
         for t in state.duplicates
     ]
-    rebuilt = {_key(t): t for t in build(out, plan, settings)["tests"]}
+    # The tests as report.build lists them, from the journal read once (building the whole report
+    # again would read and decode it a second time).
+    rebuilt = {_key(t): t for t in test_entries(plan, settings, states)}
     stated = {_key(t): t for t in report["tests"]}
     mismatches = []
     for key in stated.keys() | rebuilt.keys():
