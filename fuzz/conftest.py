@@ -1,6 +1,7 @@
 """The fuzz suite runs each target's campaign against ``--driver`` for ``--fuzz-seconds``;
-campaign directories (corpus, findings, logs) go under ``--fuzz-out`` (default: a temporary
-directory of the session)."""
+campaign directories (corpus, findings, logs) go under ``--fuzz-out`` (default: nncert-fuzz in
+the current directory, as failing random graphs go to nncert-graphs: a finding's replay command
+names its files)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("nncert")
     group.addoption("--fuzz-seconds", type=float, default=5.0, metavar="SECONDS",
                     help="how long each fuzz target runs (default: 5)")
-    group.addoption("--fuzz-out", metavar="DIR",
-                    help="where each target's campaign directory goes (default: a temporary directory)")
+    group.addoption("--fuzz-out", default="nncert-fuzz", metavar="DIR",
+                    help="where each target's campaign directory goes, its findings and their replay "
+                         "commands kept (default: nncert-fuzz)")
     group.addoption("--fuzz-seeds", type=int, default=None, metavar="N",
                     help="start each campaign from at most N of its target's seeds, spread over the "
                          "catalogue (default: all)")

@@ -26,10 +26,10 @@ def _campaign(target: str, config: pytest.Config, out: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def campaigns(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def campaigns(request: pytest.FixtureRequest):
     """target -> the future of its campaign's summary, for every target this session runs."""
     config = request.config
-    out = Path(config.getoption("fuzz_out") or tmp_path_factory.mktemp("fuzz"))
+    out = Path(config.getoption("fuzz_out"))
     targets = sorted({item.callspec.params["target"] for item in request.session.items
                       if item.originalname == "test_fuzz_target"})
     pool = ThreadPoolExecutor(max_workers=max(1, len(targets)))

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from nncert import __version__
 from nncert.certify import journal
 from nncert.certify.plan import Plan, Suite, suite_files
-from nncert.resources import SUITES_INI, suites_root
+from nncert.resources import SUITE_DIRS, SUITES_INI, suites_root
 from nncert.testing.outcome import signal_name
 
 RUN_FILE = "run.json"
@@ -90,7 +90,7 @@ def pytest_arguments(args: list[str]) -> list[str]:
     root = suites_root()
     resolved = [
         str(root / a)
-        if a.split("::")[0].split("/")[0] in ("conformance", "mlts", "fuzz")
+        if a.split("::")[0].split("/")[0] in SUITE_DIRS
         and not Path(a.split("::")[0]).exists()
         else a
         for a in args
@@ -187,8 +187,6 @@ class SuiteRun:
             *(f"--expectations={e}" for e in settings.expectations),
             *suite.args,
         ]
-        if "fuzz/" in " ".join(suite.paths):
-            args.append(f"--fuzz-out={artifacts / 'fuzz'}")
         if self.isolate:
             args += ["--isolate", f"--isolate-timeout={suite.test_timeout}"]
         return [sys.executable, "-m", "pytest", *pytest_arguments(args)]
@@ -200,6 +198,7 @@ class SuiteRun:
         self.outcomes_at_start = len(self.state.outcomes)
         if not self.began:
             self.began = time.monotonic()
+        command = self.command()
         record = {
             "event": "suite",
             "suite": self.suite.name,
@@ -207,14 +206,14 @@ class SuiteRun:
             "start": self.starts,
             "time": time.time(),
             "isolate": self.isolate,
-            "command": shlex.join(self.command()),
+            "command": shlex.join(command),
         }
         self.writer.write(record, sync=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- start {self.starts}: {record['command']}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                self.command(),
+                command,
                 cwd=self.out / ARTIFACTS_DIR,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
