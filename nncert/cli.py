@@ -711,6 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from nncert.drivers import DriverSpecError
+    from nncert.extras import install_hint
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["test"]:  # everything after `test` is pytest's
@@ -729,6 +730,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (DriverSpecError, UsageError) as e:
         print(f"nncert: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # a command whose optional dependency is not installed
+        hint = install_hint(e)
+        if hint is None:
+            raise
+        print(f"nncert: error: nncert {args.command}: {hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

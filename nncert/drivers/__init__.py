@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from nncert.drivers.base import Driver
+from nncert.extras import install_hint
 from nncert.hal.errors import describe_exception
 
 ENTRY_POINT_GROUP = "nncert.drivers"
@@ -73,12 +74,17 @@ def parse_spec(spec: str) -> tuple[str, list[str], dict[str, str]]:
     return head, args, options
 
 
+def _why(e: BaseException) -> str:
+    """One line: the missing optional dependency and how to install it, or the exception."""
+    return install_hint(e) or describe_exception(e)
+
+
 def _import(path: str) -> Callable[..., Driver]:
     module, _, attr = path.partition(":")
     try:
         obj: Any = importlib.import_module(module)
     except Exception as e:  # a vendor module may fail any way at import (OSError opening a device)
-        raise DriverSpecError(f"cannot import driver module {module!r}: {describe_exception(e)}") from None
+        raise DriverSpecError(f"cannot import driver module {module!r}: {_why(e)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -97,7 +103,7 @@ def factory_for(name: str) -> Callable[..., Driver]:
             return ep.load()
         except Exception as e:
             raise DriverSpecError(f"driver {name!r} (entry point {ep.value}) cannot be loaded: "
-                                  f"{describe_exception(e)}") from None
+                                  f"{_why(e)}") from None
     raise DriverSpecError(f"unknown driver {name!r}; known drivers: {', '.join(known_drivers())}")
 
 
@@ -116,7 +122,7 @@ def load_driver(spec: str, extra_options: dict[str, str] | None = None) -> Drive
     except (TypeError, ValueError, KeyError) as e:  # options the factory rejects
         raise DriverSpecError(f"driver {spec!r}: {e}") from None
     except Exception as e:  # the factory could not start the driver (OSError: cannot open /dev/npu0)
-        raise DriverSpecError(f"driver {spec!r} could not be started: {describe_exception(e)}") from None
+        raise DriverSpecError(f"driver {spec!r} could not be started: {_why(e)}") from None
     if not isinstance(driver, Driver):
         raise DriverSpecError(f"driver {spec!r}: factory returned {type(driver).__name__}, not a Driver")
     return driver
