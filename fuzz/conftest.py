@@ -1,5 +1,5 @@
 """The fuzz suite runs each target's campaign against ``--driver`` for ``--fuzz-seconds``;
-campaign directories (corpus, findings, logs) go under ``--fuzz-out`` (default: nncert-fuzz in
+campaign directories (findings, logs, summary) go under ``--fuzz-out`` (default: nncert-fuzz in
 the current directory, as failing random graphs go to nncert-graphs: a finding's replay command
 names its files)."""
 

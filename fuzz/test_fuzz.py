@@ -1,6 +1,7 @@
 """VAL-3: every fuzz target's campaign against ``--driver`` for ``--fuzz-seconds`` (a smoke run in
 a certification; `nncert fuzz` runs long campaigns). A finding the driver's expectations do not
-already list fails the test with its replay command; known ones are recorded, not failed.
+already list fails the test with its replay command; known ones are recorded, not failed. A
+campaign's findings, logs and summary stay in ``--fuzz-out``; its corpus does not.
 
 The selected targets' campaigns run at once (a campaign's time is wall-clock time, most of a
 short one is its workers' start-up), each test waiting for its own; under ``--isolate`` a test
@@ -9,6 +10,7 @@ runs only its own."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,11 @@ def _campaign(target: str, config: pytest.Config, out: Path) -> dict[str, Any]:
     found, script = resolve_target(target)
     settings = CampaignConfig(time=config.getoption("fuzz_seconds"), seed=config.getoption("fuzz_seed"),
                               minimise_time=5.0, max_seeds=config.getoption("fuzz_seeds"))
-    return Campaign(found, script, config.getoption("driver"), out / target, settings).run()
+    summary = Campaign(found, script, config.getoption("driver"), out / target, settings).run()
+    # The corpus is thousands of files a smoke run grew and nobody replays (its findings, their
+    # inputs and replay commands stay): `nncert fuzz` keeps it, for campaigns that go on.
+    shutil.rmtree(out / target / "corpus", ignore_errors=True)
+    return summary
 
 
 @pytest.fixture(scope="session")
