@@ -100,12 +100,14 @@ def _suites(
     for suite in plan.suites:
         name = suite.name
         state = states.get(name, journal.SuiteState())
-        ends = [e for e in state.events if e["state"] != "started"]
-        last = ends[-1] if ends else None
         if name not in settings.suites:
             where, message = "not selected", "left out with --suites"
+        elif not state.events:
+            where, message = "not run", ""
+        elif state.events[-1]["state"] == "started":  # the run was interrupted before it ended
+            where, message = "interrupted", f"{len(state.missing)} tests did not run"
         else:
-            where, message = (last["state"], last.get("message", "")) if last else ("not run", "")
+            where, message = state.events[-1]["state"], state.events[-1].get("message", "")
         out.append(
             {
                 "name": name,

@@ -559,6 +559,10 @@ def _not_applied(settings: RunSettings) -> list[dict[str, str]]:
     ]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
     """Run (or resume) a certification and write its report; returns the report. Raises
     CertifyError for bad input before anything is written."""
@@ -599,10 +603,14 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
             f"output in {out}\n"
         )
         stream.flush()
+        # A CI job's timeout (SIGTERM) ends the run as Ctrl-C does: children stopped, report written.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             run_suites(plan, settings, out, progress)
         except KeyboardInterrupt:
-            stream.write("\ninterrupted: the report says INCOMPLETE; continue with --resume\n")
+            stream.write(f"\ninterrupted: what ran is recorded; continue: nncert certify --resume {out}\n")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         report = reports.build(out, plan, settings)
         reports.write(out, report)
     finally:

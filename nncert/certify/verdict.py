@@ -66,7 +66,7 @@ def overall_verdict(
     if waived:
         reasons.append(f"requirements passed with waivers: {', '.join(waived)}")
     if untested:
-        reasons.append(f"requirements this plan does not test: {', '.join(untested)}")
+        reasons.append(f"requirements no test of this run checked: {', '.join(untested)}")
     if failed:
         return NOT_CONFORMANT, reasons
     if missing or suite_problems:
