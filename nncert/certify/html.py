@@ -895,6 +895,22 @@ def _fuzz(report: dict[str, Any]) -> str:
     )
 
 
+def _differences(first: dict[str, Any], other: dict[str, Any], prefix: str = "") -> list[str]:
+    """What ``other`` changed of ``first``, key by key (``packages.numpy 2.4.6 → 2.5.0``)."""
+    out = []
+    for key in sorted(set(first) | set(other)):
+        a, b = first.get(key), other.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        else:
+            out.append(
+                f"{prefix}{key} {a if a is not None else '(none)'} → {b if b is not None else '(none)'}"
+            )
+    return out
+
+
 def _environment(report: dict[str, Any]) -> str:
     env, driver = report["environment"], report["driver"]
     identity = [
@@ -923,14 +939,14 @@ def _environment(report: dict[str, Any]) -> str:
         for k, v in (env.get("packages") or {}).items()
         if v
     )
-    changes = ""
-    for other in report.get("environment_changes") or []:
-        keys = sorted(k for k in set(env) | set(other) if env.get(k) != other.get(k))
-        changes += f"<li>an invocation differs in: {escape(', '.join(keys))}</li>"
+    changes = "".join(
+        f"<li>a later invocation: {escape('; '.join(_differences(env, other)))}</li>"
+        for other in report.get("environment_changes") or []
+    )
     if changes:
         changes = (
             "<p><b>The environment changed between invocations of this run</b> (a resume on another "
-            f"machine or with other packages; the values are in report.json):</p><ul>{changes}</ul>"
+            f"machine or with other packages); against the first invocation's:</p><ul>{changes}</ul>"
         )
     plan = report["plan"]
     return (
