@@ -73,8 +73,8 @@ a:hover { text-decoration: underline; }
 .reasons li { margin: 2px 0; }
 .reasons details summary { color: #333; }
 .strip { display: flex; flex-wrap: wrap; gap: 8px; margin: 10px 0; }
-.tile { border: 1px solid #ddd; border-top: 4px solid #9e9e9e; border-radius: 4px; padding: 3px 9px;
-        min-width: 78px; }
+.tile { border: 1px solid #ddd; border-top: 4px solid #9e9e9e; border-radius: 4px; padding: 3px 8px;
+        min-width: 70px; }
 .tile b { display: block; font-size: 18px; }
 .tile span { color: #555; font-size: 12px; white-space: nowrap; }
 nav { font-size: 13px; margin: 6px 0 0; }
@@ -179,7 +179,7 @@ def _bar(counts: dict[str, int], inline: bool = False) -> str:
     for s in _ORDER:
         n = counts.get(s, 0)
         if n:
-            minimum = " class=min" if s in _FAILING or s in ("FAIL", "WAIVED") else ""
+            minimum = " class=min" if s in (*_FAILING, "WAIVED") else ""
             parts.append(
                 f'<span{minimum} style="flex:{n} 1 0;background:{COLOURS[s]}" title="{n:,} {s}"></span>'
             )
@@ -197,9 +197,9 @@ def _legend(words: list[str], counts: dict[str, int] | None = None) -> str:
 
 
 def _number(value: Any, digits: int = 3) -> str:
-    if isinstance(value, bool) or value in (None, ""):
-        return "" if value in (None, "") else escape(str(value))
-    if isinstance(value, int):
+    if value is None or value == "":
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
@@ -308,18 +308,20 @@ def _header(page: _Page) -> str:
         (f"{finished}/{len(suites)}", "suites finished", "#2e7d32" if finished == len(suites) else "#546e7a")
     )
     verdicts = Counter(r["verdict"] for r in report["requirements"].values())
-    passed = verdicts["PASS"] + verdicts["WAIVED"] + verdicts["NOT APPLICABLE"]
     tiles.append(
         (
-            f"{passed}/{len(report['requirements'])}",
-            "requirements met",
+            f"{verdicts['PASS'] + verdicts['WAIVED']}/{len(report['requirements'])}",
+            "requirements pass",
             COLOURS["FAIL"] if verdicts["FAIL"] else COLOURS["PASS"],
         )
     )
     wall = _wall_time(run)
-    if wall is not None:
-        tiles.append((_duration(wall), "wall time", "#1565c0"))
-    tiles.append((_duration(sum(s["duration"] for s in suites)), "time in tests", "#1565c0"))
+    in_tests = _duration(sum(s["duration"] for s in suites))
+    tiles.append(
+        (_duration(wall), f"wall time; {in_tests} in tests", "#1565c0")
+        if wall is not None
+        else (in_tests, "time in tests", "#1565c0")
+    )
     strip = "".join(
         f'<div class="tile" style="border-top-color:{"#bdbdbd" if c == "#ffffff" else c}">'
         f"<b>{escape(n)}</b><span>{escape(label)}</span></div>"
