@@ -412,7 +412,7 @@ def _requirements(page: _Page) -> str:
             f"<details><summary>{len(tests):,} test{'s' if len(tests) != 1 else ''}</summary>"
             f"<ul class='tests'>{items}</ul></details>"
             if tests
-            else "<span class='muted'>no test in this plan</span>"
+            else "<span class='muted'>no test in this run</span>"
         )
         rows.append(
             f"<tr id='req-{escape(rid)}'><td><b>{escape(rid)}</b></td><td>{escape(r['title'])}</td>"
