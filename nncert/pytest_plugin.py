@@ -203,7 +203,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
     report.user_properties.append(("req", requirement_ids(item)))
     if call.excinfo is not None and call.excinfo.errisinstance(Declined):
         report.user_properties.append(("nncert_declined", True))
-    if report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith("[XPASS(strict)]"):
+    if _strict_xpass(report):
         expectation = dict(item.user_properties).get("nncert_expectation")
         if expectation:  # a known discrepancy that is gone: say which release fixed it
             report.longrepr += f" -- {expectation['fixed']}"
@@ -335,10 +335,18 @@ def _expectation_record(exp: expectations.Expectation) -> dict[str, str]:
 
 #: Properties the plugin itself puts on reports (the rest are the tests' own record_property).
 _OWN_PROPERTIES = ("req", "nncert_outcome", "nncert_reason", "nncert_declined", "nncert_expectation")
-#: The --nncert-report word of each status (pytest's own vocabulary, crashed and hung added).
+#: The --nncert-report word of each status (pytest's own vocabulary, crash and hang added).
 _REPORT_WORD = {"PASS": "passed", "FAIL": "failed", "WAIVED": "xfailed", "XPASS": "failed",
-                "DECLINED": "skipped", "SKIPPED": "skipped", "CRASH": "crashed", "HANG": "hung"}
+                "DECLINED": "skipped", "SKIPPED": "skipped", "CRASH": "crash", "HANG": "hang"}
 _MESSAGE_CHARS = 2000
+
+
+_XPASS = "[XPASS(strict)]"
+
+
+def _strict_xpass(report: pytest.TestReport) -> bool:
+    """A test a strict xfail covers that passed: pytest fails it with this text."""
+    return report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith(_XPASS)
 
 
 def _failure_message(report: pytest.TestReport) -> str:
@@ -357,8 +365,8 @@ def _status(report: pytest.TestReport) -> tuple[str, str]:
         return str(kind), properties.get("nncert_reason", "")
     if hasattr(report, "wasxfail"):
         return ("WAIVED" if report.skipped else "XPASS"), report.wasxfail
-    if report.failed and isinstance(report.longrepr, str) and report.longrepr.startswith("[XPASS(strict)]"):
-        return "XPASS", report.longrepr.removeprefix("[XPASS(strict)]").strip()
+    if _strict_xpass(report):
+        return "XPASS", report.longrepr.removeprefix(_XPASS).strip()
     if report.passed:
         return "PASS", ""
     if report.skipped:
@@ -375,7 +383,7 @@ def outcome_record(reports: list[pytest.TestReport]) -> dict[str, object]:
     main = next((r for r in reports if r.when == "call"), None) or reports[0]
     status, message = _status(main)
     for r in reports:
-        if r is not main and r.failed and status not in ("FAIL", "CRASH", "HANG"):
+        if r is not main and r.failed and status not in journal.FAILING:
             status, message = _status(r)
     properties: dict[str, object] = {}
     for r in reports:
@@ -383,7 +391,7 @@ def outcome_record(reports: list[pytest.TestReport]) -> dict[str, object]:
     record: dict[str, object] = {
         "status": status, "req": list(properties.get("req", [])),
         "duration": round(sum(r.duration for r in reports), 6), "message": message[:_MESSAGE_CHARS]}
-    if status in ("FAIL", "CRASH", "HANG"):
+    if status in journal.FAILING:
         verdicts = re.findall(r"three-way verdict: .*", "\n".join(r.longreprtext for r in reports))
         if verdicts:
             record["verdict"] = verdicts[-1].strip()

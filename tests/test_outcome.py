@@ -271,5 +271,7 @@ def test_driver_fault_is_a_crash_without_isolation(tmp_path):
     proc, tests = _run_pytest(tmp_path, "-k", "driver")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "1 passed, 4 deselected, 1 crashed" in proc.stdout, proc.stdout[-3000:]
-    assert tests["test_driver_fault"] == {"outcome": "crash", "reason": "service died mid-call", "req": []}
+    fault = tests["test_driver_fault"]
+    assert {k: fault[k] for k in ("outcome", "status", "reason", "req")} == {
+        "outcome": "crash", "status": "CRASH", "reason": "service died mid-call", "req": []}
     assert tests["test_fresh_driver_after_a_fault"]["outcome"] == "passed"
