@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from nncert.drivers import factory_for, parse_spec
 
@@ -101,10 +102,20 @@ class Expectation:
         if not (self.runtime and self.runtime_version):
             return f"no longer fails, so the discrepancy {self.source} records is fixed: delete the entry"
         # The fixing release is the new upper bound; the entry's lower bounds stay.
-        kept = [str(s) for s in SpecifierSet(self.versions) if s.operator not in ("<", "<=")]
-        before = SpecifierSet(",".join([*kept, f"<{self.runtime_version}"]))
-        return (f"fixed in {self.runtime} {self.runtime_version}: {self.source} no longer fails; "
-                f'give it versions = "{before}"')
+        kept = [s for s in SpecifierSet(self.versions) if s.operator not in ("<", "<=")]
+        fixed = f"fixed in {self.runtime} {self.runtime_version}: {self.source} no longer fails"
+        if any(_at_least(s.version, self.runtime_version) for s in kept):
+            # It was recorded with this very release: no release left for the entry to cover.
+            return f"{fixed}, with the release it was recorded for: delete the entry"
+        before = SpecifierSet(",".join([*(str(s) for s in kept), f"<{self.runtime_version}"]))
+        return f'{fixed}; give it versions = "{before}"'
+
+
+def _at_least(bound: str, release: str) -> bool:
+    try:
+        return Version(bound) >= Version(release)
+    except InvalidVersion:  # a wildcard bound (==2.3.*): not a release of its own
+        return False
 
 
 class NotApplied(NamedTuple):
