@@ -8,6 +8,11 @@ the CSV tables, MANIFEST.sha256 — then report.write whole into a fresh directo
 pytest and is not report building). Each figure is the best of ``--rounds``.
 
     python benchmarks/bench_certify.py [--outcomes 20000] [--rounds 3] [--profile]
+
+With ``--driver SPEC [--plan smoke]`` it times a whole certification instead: ``nncert certify``
+into a temporary directory, its wall time, and each suite's wall time from the report.
+
+    python benchmarks/bench_certify.py --driver litert --plan smoke
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import cProfile
 import json
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,12 +44,33 @@ def best(fn: Callable[[], object], rounds: int) -> tuple[float, object]:
     return min(times), result
 
 
+def certification(driver: str, plan: str) -> None:
+    """One whole certification's wall time, and its suites'."""
+    with tempfile.TemporaryDirectory(prefix="nncert-bench-certify-") as tmp:
+        out = Path(tmp) / "cert"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "nncert.cli", "certify", "--driver", driver,
+                               "--plan", plan, "--out", str(out)], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        rep = json.loads((out / "report.json").read_text())
+    print(f"nncert certify --driver {driver} --plan {plan}: {wall:.0f} s wall, {rep['verdict']['overall']} "
+          f"(exit {proc.returncode}), {len(rep['tests'])} tests, {rep['run']['jobs']} suites at a time")
+    for suite in rep["suites"]:
+        print(f"  {suite['name']:18s} {suite['wall']:6.1f} s  {suite['tests']:6d} tests  {suite['state']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outcomes", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile build + write + verify once")
+    parser.add_argument("--driver", metavar="SPEC", help="time a whole certification of this driver instead")
+    parser.add_argument("--plan", default="smoke",
+                        help="the plan of --driver's certification (default: smoke)")
     args = parser.parse_args()
+    if args.driver:
+        certification(args.driver, args.plan)
+        return
     with tempfile.TemporaryDirectory(prefix="nncert-bench-certify-") as tmp:
         run = Path(tmp) / "run"
         plan, settings = write_run(run, args.outcomes)
