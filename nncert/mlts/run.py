@@ -195,16 +195,22 @@ def _compile_times(driver: Driver, model, result: ModelResult, cache_timing: boo
 
 
 def _declined(driver: Driver, model) -> str:
-    """The operations the driver says it does not support, counted by type ("" for none)."""
-    from collections import Counter
-
+    """The operations the driver says it does not support, counted by type, each with the first
+    reason the driver gives ("" for none)."""
     try:
         supported = driver.supported_operations(model)
+        reasons = driver.decline_reasons(model) if not all(supported) else [None] * len(supported)
     except HalError as e:
         return f"the model ({e.status.name}: {e.message})"
-    ops = model.main.operations
-    names = Counter(ops[i].type.name for i, ok in enumerate(supported) if not ok)
-    return ", ".join(f"{n} x{k}" for n, k in names.items())
+    if len(reasons) != len(supported):
+        reasons = [None if ok else "" for ok in supported]
+    by_type: dict[str, tuple[int, str]] = {}
+    for op, ok, reason in zip(model.main.operations, supported, reasons, strict=False):
+        if not ok:
+            count, first = by_type.get(op.type.name, (0, reason or ""))
+            by_type[op.type.name] = (count + 1, first)
+    return ", ".join(f"{name} x{count}" + (f" ({why})" if why else "")
+                     for name, (count, why) in by_type.items())
 
 
 def _executions(entry: ZooModel, states: list, ours: OnDriver, in_ops: list, sample: Sample,
