@@ -104,7 +104,8 @@ def test_the_guides_driver_sketch_passes(tmp_path):
                       "--driver=my_npu.driver:MyNpuDriver", "-q", "-rs", site=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert re.search(r"\b\d{2,} passed", proc.stdout.splitlines()[-1])
-    assert "my-npu declines ADD" in proc.stdout  # the quantised and int32 variants
+    # The quantised and int32 variants, declined with the sketch's own reason.
+    assert "my-npu declines ADD (my-npu computes float32 only, not TENSOR_QUANT8_ASYMM)" in proc.stdout
 
 
 @pytest.fixture(scope="module")
