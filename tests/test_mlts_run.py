@@ -241,7 +241,7 @@ def test_every_mlts_test_of_a_declining_driver_is_declined(zoo, tmp_path):
                            "--driver=tests.test_mlts_stress:DecliningDriver")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert len(records) == 2 and all(r["outcome"] == "skipped" and r["declined"] for r in records.values())
-    assert "does not support FULLY_CONNECTED" in records[_node("digits_mlp_u8")]["message"]
+    assert "declining declines FULLY_CONNECTED" in records[_node("digits_mlp_u8")]["message"]
     assert records[_node("digits_mlp_u8")]["properties"]["nncert_mlts"]["status"] == "UNSUPPORTED"
 
 

@@ -25,6 +25,8 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Request
 from nncert.mlts import accuracy
 from nncert.mlts.zoo import Built, Sample, ZooModel, to_input
+from nncert.testing.harness import CaseError
+from nncert.testing.harness import declined as why_declined
 
 
 @dataclass
@@ -194,25 +196,6 @@ def _compile_times(driver: Driver, model, result: ModelResult, cache_timing: boo
     return prepared
 
 
-def _declined(driver: Driver, model) -> str:
-    """The operations the driver says it does not support, counted by type, each with the first
-    reason the driver gives ("" for none)."""
-    try:
-        supported = driver.supported_operations(model)
-        reasons = driver.decline_reasons(model) if not all(supported) else [None] * len(supported)
-    except HalError as e:
-        return f"the model ({e.status.name}: {e.message})"
-    if len(reasons) != len(supported):
-        reasons = [None if ok else "" for ok in supported]
-    by_type: dict[str, tuple[int, str]] = {}
-    for op, ok, reason in zip(model.main.operations, supported, reasons, strict=False):
-        if not ok:
-            count, first = by_type.get(op.type.name, (0, reason or ""))
-            by_type[op.type.name] = (count + 1, first)
-    return ", ".join(f"{name} x{count}" + (f" ({why})" if why else "")
-                     for name, (count, why) in by_type.items())
-
-
 def _executions(entry: ZooModel, states: list, ours: OnDriver, in_ops: list, sample: Sample,
                 baseline: Baseline) -> Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]:
     """(driver inputs, baseline outputs, driver outputs) of each execution a sample makes: one,
@@ -240,10 +223,14 @@ def evaluate(entry: ZooModel, built: Built, driver: Driver, driver_name: str, sa
     main = built.model.main
     in_ops = [main.operands[i] for i in main.input_indexes]
     out_ops = [main.operands[i] for i in main.output_indexes]
-    declined = _declined(driver, built.model)
+    try:
+        declined = why_declined(driver, built.model)
+    except (HalError, CaseError) as e:  # a valid model refused, or answered for wrongly (DRV-2)
+        result.fail(f"supported_operations: {e}", "ERROR")
+        return result
     if declined:
         result.status = "UNSUPPORTED"
-        result.reasons.append(f"the driver does not support {declined}")
+        result.reasons.append(declined)
         return result
     try:
         prepared = _compile_times(driver, built.model, result, config.cache_timing)

@@ -116,8 +116,14 @@ def declined(driver: Driver, model: Model) -> str | None:
     reasons = driver.decline_reasons(model)
     if len(reasons) != len(supported):
         reasons = [None if ok else "" for ok in supported]
-    names = [op.type.name + (f" ({reason})" if reason else "")
-             for op, ok, reason in zip(model.main.operations, supported, reasons, strict=True) if not ok]
+    # One entry per operation type and reason: a real model declines the same thing many times.
+    counts: dict[tuple[str, str], int] = {}
+    for op, ok, reason in zip(model.main.operations, supported, reasons, strict=True):
+        if not ok:
+            key = (op.type.name, reason or "")
+            counts[key] = counts.get(key, 0) + 1
+    names = [name + (f" x{n}" if n > 1 else "") + (f" ({reason})" if reason else "")
+             for (name, reason), n in counts.items()]
     return f"{driver.name} declines {'; '.join(names)}"
 
 
