@@ -83,6 +83,14 @@ def write_new(path: Path, text: str | bytes) -> None:
         f.write(data)
 
 
+def own_dir(path: Path) -> Path:
+    """A directory of the run's own, made if need be; one planted as a symlink is refused."""
+    if path.is_symlink():
+        raise CertifyError(f"{path} is a symlink: nncert writes only into the directory it was given")
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def pytest_arguments(args: list[str]) -> list[str]:
     """pytest arguments that run nncert's suites from anywhere: the suites' own configuration,
     their root as rootdir (test ids read ``conformance/test_x.py::...``), and test paths given
@@ -90,8 +98,7 @@ def pytest_arguments(args: list[str]) -> list[str]:
     root = suites_root()
     resolved = [
         str(root / a)
-        if a.split("::")[0].split("/")[0] in SUITE_DIRS
-        and not Path(a.split("::")[0]).exists()
+        if a.split("::")[0].split("/")[0] in SUITE_DIRS and not Path(a.split("::")[0]).exists()
         else a
         for a in args
     ]
@@ -209,7 +216,9 @@ class SuiteRun:
             "command": shlex.join(command),
         }
         self.writer.write(record, sync=True)
-        with open(self.log_path, "ab") as log:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.log_path, flags, 0o644)
+        with os.fdopen(fd, "ab") as log:
             log.write(f"\n--- start {self.starts}: {record['command']}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
@@ -394,8 +403,8 @@ def run_suites(
 ) -> None:
     """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, at most
     ``settings.jobs`` at a time; an exclusive suite runs alone."""
-    (out / LOGS_DIR).mkdir(exist_ok=True)
-    (out / ARTIFACTS_DIR).mkdir(exist_ok=True)
+    own_dir(out / LOGS_DIR)
+    own_dir(out / ARTIFACTS_DIR)
     path = out / JOURNAL_FILE
     journal.cut_torn_tail(path)
     states = journal.replay(journal.read(path))
