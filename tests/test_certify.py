@@ -405,3 +405,17 @@ def test_overall_verdict_rules():
     assert verdict.overall_verdict({"A": "FAIL"}, 5, ["suite x deadline"])[0] == verdict.NOT_CONFORMANT
     assert verdict.overall_verdict({"A": "PASS"}, 1, [])[0] == verdict.INCOMPLETE
     assert verdict.overall_verdict({"A": "WAIVED"}, 0, ["suite x error"])[0] == verdict.INCOMPLETE
+
+
+def test_the_run_never_writes_through_a_planted_symlink(tmp_path):
+    from nncert.certify.runner import CertifyError, own_dir, write_new
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "logs").symlink_to(elsewhere)
+    with pytest.raises(CertifyError, match="is a symlink"):
+        own_dir(tmp_path / "logs")
+    (tmp_path / "report.json").symlink_to(elsewhere / "victim")
+    with pytest.raises(OSError):
+        write_new(tmp_path / "report.json", "{}")
+    assert not (elsewhere / "victim").exists()
