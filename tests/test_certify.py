@@ -106,8 +106,9 @@ def runs(mini, tmp_path_factory):
     futures: dict[str, tuple[Future, Path]] = {}
 
     def start(name: str, *args: str) -> None:
-        out = base / name
-        futures[name] = (pool.submit(certify, "--out", str(out), "--plan", str(mini), *args), out)
+        # --out relative to the working directory, as a user types it.
+        run = pool.submit(certify, "--out", name, "--plan", str(mini), *args, cwd=base)
+        futures[name] = (run, base / name)
 
     start("reference", "--driver", "reference")
     start("litert", "--driver", "litert")

@@ -585,7 +585,8 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
         identity = driver_identity(settings.driver)
     except DriverSpecProblem as e:
         raise CertifyError(str(e)) from None
-    out = request.out
+    # Absolute: the suites' children run in the artifacts directory, and read these paths there.
+    out = Path(os.path.abspath(request.out))
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
     try:
