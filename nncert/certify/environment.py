@@ -8,11 +8,12 @@ import os
 import platform
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Iterable
 from typing import Any
 
 from nncert import __version__
 from nncert.resources import CHECKOUT, PACKAGE
+from nncert.testing.expectations import installed_version
 from nncert.testing.outcome import Kind, run_isolated
 
 #: Distributions whose versions decide verdicts: the runtimes and the test machinery.
@@ -33,13 +34,6 @@ PACKAGES = (
 
 class DriverSpecProblem(Exception):  # noqa: N818 - a driver spec that names no startable driver
     """The driver spec names no driver that can be started (the message is one line)."""
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 def nncert_commit() -> str | None:
@@ -78,13 +72,15 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment() -> dict[str, Any]:
+def environment(runtimes: Iterable[str] = ()) -> dict[str, Any]:
+    """The machine and the packages that decide verdicts, with ``runtimes`` (the distributions the
+    driver's expectations files name, a vendor's SDK among them)."""
     return {
         "nncert": __version__,
         "nncert_commit": nncert_commit(),
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
-        "packages": {name: package_version(name) for name in PACKAGES},
+        "packages": {name: installed_version(name) or None for name in dict.fromkeys([*PACKAGES, *runtimes])},
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),

@@ -557,15 +557,18 @@ def _settings(request: Request) -> tuple[RunSettings, Plan]:
     return settings, plan
 
 
-def _not_applied(settings: RunSettings) -> list[dict[str, str]]:
-    """The expectations entries that do not apply to this driver and runtime, with why."""
+def _expectations(settings: RunSettings) -> tuple[list[dict[str, str]], list[str]]:
+    """The expectations entries that do not apply to this driver and runtime, with why; and the
+    runtimes (distributions) every entry names, whose versions the report records."""
     from nncert.testing import expectations
 
     loaded = expectations.load_report(settings.driver, settings.expectations)
-    return [
+    not_applied = [
         {"source": n.expectation.source, "reason": n.expectation.reason, "why": n.why}
         for n in loaded.not_applied
     ]
+    entries = [*loaded.applied, *(n.expectation for n in loaded.not_applied)]
+    return not_applied, sorted({e.runtime for e in entries if e.runtime})
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -586,6 +589,7 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
     except DriverSpecProblem as e:
         raise CertifyError(str(e)) from None
     # Absolute: the suites' children run in the artifacts directory, and read these paths there.
+    not_applied, runtimes = _expectations(settings)
     out = Path(os.path.abspath(request.out))
     out.mkdir(parents=True, exist_ok=True)
     lock = _lock(out)
@@ -601,8 +605,8 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
                     "time": time.time(),
                     "resume": request.resume,
                     "identity": identity,
-                    "environment": environment(),
-                    "expectations_not_applied": _not_applied(settings),
+                    "environment": environment(runtimes),
+                    "expectations_not_applied": not_applied,
                 },
                 sync=True,
             )
