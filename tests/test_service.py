@@ -22,7 +22,7 @@ from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
-from nncert.testing.harness import execute, wait_fence
+from nncert.testing.harness import execute, status_of, wait_fence
 
 T = OperandType
 
@@ -420,16 +420,6 @@ def test_a_request_too_big_for_the_burst_queue_takes_the_ordinary_path(service, 
     assert info.value.status is ErrorStatus.INVALID_ARGUMENT
 
 
-def _status(call) -> ErrorStatus:
-    try:
-        call()
-    except DriverFault:
-        raise
-    except HalError as e:
-        return e.status
-    return ErrorStatus.NONE
-
-
 def _raw_hello(address: str, body: dict) -> dict:
     """The reply to a first call on a connection of its own."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -521,7 +511,7 @@ def test_fields_of_the_wrong_json_type_are_invalid_argument(service):
         "ring layout 2": bad_ring,
     }
     wrong = {what: status.name for what, call in cases.items()
-             if (status := _status(call)) is not ErrorStatus.INVALID_ARGUMENT}
+             if (status := status_of(call)) is not ErrorStatus.INVALID_ARGUMENT}
     assert not wrong, f"expected INVALID_ARGUMENT: {wrong}"
     for body in ({"protocol": True, "pid": os.getpid()}, {"protocol": 1, "join": [1], "key": "x"},
                  {"protocol": 1, "join": 1, "key": "\u00e9" * 32}):
@@ -545,15 +535,15 @@ def test_a_registered_burst_slot_names_its_memory_until_released(service):
         return lambda: service.conn.call("burst_memory", {"handle": burst.handle, "slot": slot, "pool": desc},
                                          fds=fds)
 
-    assert _status(register(0)) is ErrorStatus.INVALID_ARGUMENT
+    assert status_of(register(0)) is ErrorStatus.INVALID_ARGUMENT
     burst.execute(request, [0, 1])  # still slot 0's first memory
     np.testing.assert_array_equal(read_outputs(model, request, [(4,)])[0], feeds[0] + feeds[1])
     for slot in (7, -1, 2**63):
         release = lambda s=slot: service.conn.call("burst_release_memory",  # noqa: E731
                                                    {"handle": burst.handle, "slot": s})
-        assert _status(release) is ErrorStatus.INVALID_ARGUMENT, f"releasing slot {slot}"
+        assert status_of(release) is ErrorStatus.INVALID_ARGUMENT, f"releasing slot {slot}"
     burst.release_memory_resource(0)
-    assert _status(register(0)) is ErrorStatus.NONE
+    assert status_of(register(0)) is ErrorStatus.NONE
 
 
 def _publish(b, frame: bytes) -> None:
