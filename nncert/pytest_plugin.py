@@ -20,7 +20,7 @@ from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
 from nncert.hal.errors import DriverFault, driver_fault_of
 from nncert.requirements import DOCUMENT, REQUIREMENTS, matches
-from nncert.testing import expectations, triage
+from nncert.testing import crash_guard, expectations, triage
 from nncert.testing.harness import Declined
 from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
 
@@ -79,6 +79,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="with --isolate: kill a test that has not finished after this long, as a "
                          "HANG (setup and teardown included; default 60)")
+    group.addoption("--crash-guard", choices=("auto", "on", "off"), default="auto",
+                    help="run the tests in a supervised child pytest, so that a driver whose native "
+                         "code kills the process costs that test (CRASH) and the run goes on "
+                         "(default auto: on for every driver but reference, mutant and service)")
+    group.addoption("--crash-guard-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="under the crash guard: kill a test that has not finished after this long, "
+                         "as a HANG (default 600)")
 
 
 def _driver_options(config: pytest.Config) -> dict[str, str]:
@@ -89,6 +96,16 @@ def _driver_options(config: pytest.Config) -> dict[str, str]:
             raise pytest.UsageError(f"--driver-option {item!r}: expected KEY=VALUE")
         options[key] = value
     return options
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """Under the crash guard this process supervises a child pytest that runs the tests."""
+    if crash_guard.wanted(config):
+        if not config.getoption("crash_guard_timeout") > 0:
+            raise pytest.UsageError("--crash-guard-timeout must be a positive number of seconds")
+        return crash_guard.supervise(config)
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -424,6 +441,10 @@ class OutcomeRecorder:
             journal.cut_torn_tail(self.journal_path)
             state = journal.replay(journal.read(self.journal_path)).get(self.suite)
             self.done = set(state.outcomes) if state else set()
+            # Outcomes an earlier process of the same run recorded (the crash guard's restarts)
+            # belong in this process's --nncert-report too.
+            for nodeid, record in (state.outcomes.items() if state else ()):
+                self._keep(nodeid, {k: v for k, v in record.items() if k not in ("event", "suite", "id")})
             self.journal = journal.Writer(self.journal_path)
 
     @pytest.hookimpl(trylast=True)  # after -k, -m and --req chose the tests
@@ -450,10 +471,13 @@ class OutcomeRecorder:
         if not reports:
             return
         record = outcome_record(reports)
-        self.tests[nodeid] = {"outcome": _REPORT_WORD[record["status"]], **record,
-                              "reason": record["message"][:500]}
+        self._keep(nodeid, record)
         if self.journal is not None:
             self.journal.write({"event": "outcome", "suite": self.suite, "id": nodeid, **record}, sync=True)
+
+    def _keep(self, nodeid: str, record: dict) -> None:
+        self.tests[nodeid] = {"outcome": _REPORT_WORD[record["status"]], **record,
+                              "reason": record["message"][:500]}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.journal is not None:

@@ -6,6 +6,7 @@ a driver: hosted as a service, and in process under ``--isolate``."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -65,3 +66,61 @@ def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, sel
     assert {"crash": "crashed", "hang": "hung"}[outcome] in summary, summary
     # Every hang costs at most its deadline (plus a restart), never more.
     assert elapsed < 60 + 6 * len(faulted), f"{elapsed:.0f} s for {len(faulted)} {outcome}es"
+
+
+# The crash guard (plain pytest, driver in process, no --isolate): the supervising pytest
+# records the test its child died or hung in, and a fresh child runs the rest.
+GUARDED = [
+    pytest.param(f"mutant:crash,op={OP}", ["--crash-guard=on"], "crash", id="crash-guard"),
+    pytest.param(f"mutant:hang,op={OP}", ["--crash-guard=on", "--crash-guard-timeout=3"], "hang",
+                 id="hang-guard"),
+]
+
+
+@pytest.mark.req("MLTS-2", "EXE-1")
+@pytest.mark.parametrize(("driver", "extra", "outcome"), GUARDED)
+def test_crash_guard_keeps_every_result_and_goes_on(tmp_path, driver, extra, outcome):
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q", "-p", "no:cacheprovider",
+         "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}", "-k", SELECT, *extra],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    tests = json.loads(report.read_text())["tests"]
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q", "--collect-only",
+         "-p", "no:cacheprovider", f"--driver={driver}", "-k", SELECT], cwd=ROOT, capture_output=True, text=True)
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert sorted(tests) == sorted(ids), "every selected test has exactly one outcome"
+    faulted = sorted(n for n, rec in tests.items() if rec["outcome"] == outcome)
+    assert faulted and all(OP in n for n in faulted), faulted
+    assert all(tests[n]["outcome"] in ("passed", "skipped") for n in tests if OP not in n)
+    word = outcome.upper()
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(f"nncert: {word}: ")]
+    # One line per test the guard caught (after a few crashes the rest run --isolate'd, where
+    # each is its child's own CRASH / HANG).
+    assert lines and all(line.split(": ")[2] in faulted for line in lines), lines
+    assert "Rerun it alone: pytest " in lines[0] and "--isolate" in lines[0]
+    assert f"{len(tests)} tests over " in proc.stderr.splitlines()[-1]
+    if outcome == "hang":
+        assert elapsed < 30 + 8 * len(faulted), f"{elapsed:.0f} s for {len(faulted)} hangs"
+    # Same verdict alone: the printed command reruns the first crash, isolated, and it crashes again.
+    rerun = lines[0].split("Rerun it alone: ")[1]
+    alone = tmp_path / "alone.json"
+    again = subprocess.run([sys.executable, "-m", *shlex.split(rerun), "-p", "no:cacheprovider",
+                            f"--nncert-report={alone}", "--isolate-timeout=3"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1, again.stdout[-2000:]
+    assert [r["outcome"] for r in json.loads(alone.read_text())["tests"].values()] == [outcome]
+
+
+def test_certification_runner_turns_the_crash_guard_off(tmp_path):
+    """The certify runner supervises its suites itself: no second supervisor inside."""
+    from nncert.certify import plan as plans
+    from nncert.certify.journal import SuiteState
+    from nncert.certify.runner import RunSettings, SuiteRun
+    suite = plans.load_plan("smoke").suites[0]
+    run = SuiteRun(suite, RunSettings("litert", "smoke", "", [suite.name]), tmp_path, SuiteState(), None)
+    assert "--crash-guard=off" in run.command()

@@ -191,6 +191,7 @@ class SuiteRun:
             "--no-header",
             "-p",
             "no:randomly",
+            "--crash-guard=off",  # this runner supervises the child itself
             *(f"--expectations={e}" for e in settings.expectations),
             *suite.args,
         ]
