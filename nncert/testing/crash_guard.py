@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from nncert.certify import journal
-from nncert.certify.runner import JournalTail
+from nncert.certify.runner import JournalTail, _die_with_parent
 from nncert.drivers import parse_spec
 from nncert.testing import expectations
 from nncert.testing.outcome import signal_name
@@ -100,7 +100,6 @@ class Guard:
 
     def run(self) -> int:
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the child, which stops
         try:
             while True:
                 self.starts += 1
@@ -128,8 +127,11 @@ class Guard:
         """Run a child to its end: (its exit status, negative for a signal; whether we killed it
         for a hang)."""
         tail = JournalTail(self.path)
-        proc = subprocess.Popen(self.command(), cwd=self.cwd, start_new_session=False)
-        signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+        # Its own process group, so that Ctrl-C reaches it once (forwarded from here) and it
+        # stops the way pytest stops; it dies with this process.
+        proc = subprocess.Popen(self.command(), cwd=self.cwd, process_group=0, preexec_fn=_die_with_parent)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda n, _: proc.send_signal(n))
         current: tuple[str, float] | None = None
         while True:
             try:
