@@ -1,20 +1,21 @@
 """The ``nncert`` command line: ``ops``, ``drivers``, ``graphs``, ``repro``, ``mlts stress`` and ``fuzz``
 (more subcommands land with their suites).
 
-Bad input (an unknown driver, a malformed option) gives a one-line error and exit status 2,
-never a traceback.
+Bad input (an unknown driver, a malformed option, an output directory that is a symlink or
+another user's: nncert.files) gives a one-line error and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from nncert import __version__
+from nncert import __version__, files
 
 
 class UsageError(Exception):
@@ -183,11 +184,7 @@ def _cmd_mlts_run(args: argparse.Namespace) -> int:
     from nncert.testing.expectations import load as load_expectations
 
     entries, config, directory = _mlts_config(args)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
+    out = files.own_dir(args.out)
     driver = load_driver(args.driver)
     try:
         expectations = load_expectations(args.driver, args.expectations or ())
@@ -323,6 +320,8 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
     if args.graphs < 1:
         raise UsageError("--graphs must be at least 1")
     out = Path(args.out)
+    if os.path.lexists(out):  # refused now rather than at the first failure
+        files.check_dir(out)
     driver = load_driver(args.driver)
     failures = []
     totals = {"passed": 0, "declined": 0}
@@ -467,14 +466,17 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         summary = campaign.run()
     except CampaignError as e:
         raise UsageError(str(e)) from None
+    kept = summary["earlier_findings"]
     print(f"{summary['execs']} executions in {summary['elapsed_s']} s, corpus {summary['corpus']}, "
-          f"{summary['findings']} finding(s), {summary['duplicates']} duplicate(s)")
+          f"{summary['findings']} finding(s), {summary['duplicates']} duplicate(s)"
+          + (f"; {kept} finding(s) of earlier campaigns kept in {out}" if kept else ""))
     new = 0
     for key, f in summary["findings_by_key"].items():
         known = f.get("known")
         new += not known
         label = f"KNOWN (an expected failure of {known['test']}, {known['source']})" if known else "FINDING"
-        print(f"{label} {key} (x{f['count']}): {f['message']}\n  replay: {f['command']}")
+        again = f", recorded by an earlier campaign as #{f['number']}" if f["earlier"] else ""
+        print(f"{label} {key} (x{f['count']}{again}): {f['message']}\n  replay: {f['command']}")
     print(f"journal: {campaign.journal}; summary: {out / 'summary.json'}")
     return 1 if new else 0  # discrepancies the driver's expectations already list do not fail it
 
@@ -663,7 +665,7 @@ def _cmd_certify_diff(args: argparse.Namespace) -> int:
     print(diff.text(result))
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+            files.write_atomic(args.json, json.dumps(result, indent=1) + "\n")
         except OSError as e:
             raise UsageError(f"--json {args.json}: cannot write it: {e.strerror or e}") from None
     return 1 if result["regressed"] else 0
@@ -728,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.libfuzzer_flags = flags
     try:
         return args.func(args)
-    except (DriverSpecError, UsageError) as e:
+    except (DriverSpecError, UsageError, files.UnsafePathError) as e:
         print(f"nncert: error: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:  # a command whose optional dependency is not installed

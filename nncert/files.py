@@ -12,11 +12,13 @@ replaces a link; it never writes through one).
   is owned by another user.
 - ``private_dir``: the same, mode 0700, and refused if other users may write into it: for
   nncert's own state (caches, locks, measured figures).
-- ``write_atomic``, ``open_append``, ``open_private``: the three ways nncert writes a file.
+- ``write_atomic``, ``open_append``, ``open_private``: the three ways nncert writes a file;
+  ``check_file`` for a file another library opens (sqlite).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -73,10 +75,11 @@ def private_dir(path: str | os.PathLike) -> Path:
     return own_dir(path, mode=0o700, private=True)
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str | os.PathLike, data: str | bytes, mode: int = 0o644, sync: bool = True) -> None:
     """Replace ``path`` whole with ``data``: written under a fresh name beside it and renamed
     over it, so a reader sees the old or the new file, never half of one, and a symlink at
-    ``path`` is replaced rather than followed."""
+    ``path`` is replaced rather than followed. ``sync=False`` skips the fsync, for files that
+    can be made again (a fuzz corpus: thousands of them)."""
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
@@ -84,8 +87,9 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) 
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.rename(temporary, path)
     except BaseException:
         try:
@@ -95,22 +99,56 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) 
         raise
 
 
+def _a_link(path: str | os.PathLike) -> UnsafePathError:
+    return UnsafePathError(f"{path} is a symlink: nncert does not write through a link")
+
+
+def _check_file(path: str | os.PathLike, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise _a_link(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        # (a hard link planted there would be another file under our name)
+        raise UnsafePathError(f"{path} is not a regular file of this user's with a single link "
+                              f"(uid {st.st_uid}, {st.st_nlink} link(s)): nncert does not write to it")
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """Nothing when ``path`` is missing or a regular file of this user's with one name;
+    ``UnsafePathError`` otherwise. For files another library opens (sqlite's database, its
+    ``-wal`` and ``-shm``), checked before it does, in a ``private_dir``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    _check_file(path, st)
+
+
+def _open_own(path: str | os.PathLike, flags: int, mode: int) -> int:
+    """``os.open`` with ``O_CREAT | O_NOFOLLOW``, refused as ``check_file`` refuses."""
+    try:
+        fd = os.open(path, flags | _NEW, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _a_link(path) from None
+        raise
+    try:
+        _check_file(path, os.fstat(fd))
+    except UnsafePathError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_append(path: str | os.PathLike, mode: int = 0o644) -> int:
     """A descriptor appending to ``path`` (created if missing), never through a symlink."""
-    return os.open(path, os.O_WRONLY | os.O_APPEND | _NEW, mode)
+    return _open_own(path, os.O_WRONLY | os.O_APPEND, mode)
 
 
 def open_private(path: str | os.PathLike, flags: int = os.O_RDWR) -> int:
     """A descriptor on one of nncert's own state files (created 0600 if missing), never
-    through a symlink; one that turns out to be anything but a regular file of this user's is
-    refused."""
-    fd = os.open(path, flags | _NEW, 0o600)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise UnsafePathError(f"{path} is not a regular file of this user's")
-    return fd
+    through a symlink."""
+    return _open_own(path, flags, 0o600)
 
 
-__all__ = ["UnsafePathError", "check_dir", "open_append", "open_private", "own_dir", "private_dir",
-           "write_atomic"]
+__all__ = ["UnsafePathError", "check_dir", "check_file", "open_append", "open_private", "own_dir",
+           "private_dir", "write_atomic"]

@@ -433,14 +433,14 @@ def test_overall_verdict_rules():
 
 
 def test_the_run_never_writes_through_a_planted_symlink(tmp_path):
-    from nncert.certify.runner import CertifyError, own_dir, write_new
+    from nncert.files import UnsafePathError, own_dir, write_atomic
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "logs").symlink_to(elsewhere)
-    with pytest.raises(CertifyError, match="is a symlink"):
+    with pytest.raises(UnsafePathError, match="is a symlink"):
         own_dir(tmp_path / "logs")
     (tmp_path / "report.json").symlink_to(elsewhere / "victim")
-    with pytest.raises(OSError):
-        write_new(tmp_path / "report.json", "{}")
+    write_atomic(tmp_path / "report.json", "{}")  # the link is replaced, not followed
     assert not (elsewhere / "victim").exists()
+    assert not (tmp_path / "report.json").is_symlink() and (tmp_path / "report.json").read_text() == "{}"

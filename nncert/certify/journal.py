@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nncert import files
+
 #: The statuses of a test outcome in a certification report (docs/certification.md).
 STATUSES = ("PASS", "FAIL", "WAIVED", "XPASS", "DECLINED", "SKIPPED", "CRASH", "HANG")
 #: Statuses that fail the requirements the test names.
@@ -101,8 +103,8 @@ class Writer:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        # O_NOFOLLOW: a journal path planted as a symlink to another file is refused, not followed.
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        # A journal path planted as a symlink to another file is refused, not followed.
+        self.fd = files.open_append(path)
 
     def write(self, record: dict[str, Any], sync: bool = False) -> None:
         line = json.dumps(record, separators=(",", ":"), default=str).encode() + b"\n"
@@ -126,13 +128,15 @@ class Writer:
 
 def cut_torn_tail(path: Path) -> None:
     """Drop a last record that a kill cut short, so that the next append starts a line."""
+    files.check_file(path)  # a planted link is named and refused; O_NOFOLLOW: never truncated
     try:
-        with open(path, "rb+") as f:
-            data = f.read()
-            if data and not data.endswith(b"\n"):
-                f.truncate(data.rfind(b"\n") + 1)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        pass
+        return
+    with open(fd, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 @dataclass

@@ -17,7 +17,8 @@ import pandas as pd
 
 from nncert.certify import journal, verdict
 from nncert.certify.plan import Plan, Suite, parse_plan
-from nncert.certify.runner import JOURNAL_FILE, RunSettings, own_dir, reproduce_command, write_new
+from nncert.certify.runner import JOURNAL_FILE, RunSettings, reproduce_command
+from nncert.files import own_dir, write_atomic
 from nncert.requirements import REQUIREMENTS
 
 SCHEMA = "nncert-certification-report"
@@ -423,13 +424,13 @@ def write(out: Path, report: dict[str, Any]) -> None:
     """Every file of the report, then the manifest over the whole directory."""
     from nncert.certify import html
 
-    write_new(out / REPORT_FILE, json.dumps(report, indent=1, default=str) + "\n")
-    write_new(out / HTML_FILE, html.render(report))
-    write_new(out / JUNIT_FILE, junit(report))
+    write_atomic(out / REPORT_FILE, json.dumps(report, indent=1, default=str) + "\n")
+    write_atomic(out / HTML_FILE, html.render(report))
+    write_atomic(out / JUNIT_FILE, junit(report))
     own_dir(out / TABLES_DIR)
     for name, frame in tables(report).items():
-        write_new(out / TABLES_DIR / f"{name}.csv", frame.to_csv(index=False))
-    write_new(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
+        write_atomic(out / TABLES_DIR / f"{name}.csv", frame.to_csv(index=False))
+    write_atomic(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
 
 
 def load(out: Path) -> dict[str, Any]:

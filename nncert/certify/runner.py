@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from nncert import __version__
+from nncert import __version__, files
 from nncert.certify import journal
 from nncert.certify.plan import Plan, Suite, suite_files
 from nncert.resources import SUITE_DIRS, SUITES_INI, suites_root
@@ -61,7 +61,7 @@ class RunSettings:
     nncert: str = __version__
 
     def save(self, out: Path) -> None:
-        write_new(out / RUN_FILE, json.dumps(asdict(self), indent=1) + "\n")
+        files.write_atomic(out / RUN_FILE, json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
     def load(cls, out: Path) -> RunSettings:
@@ -73,22 +73,6 @@ class RunSettings:
             raise CertifyError(f"{out} holds no certification run ({RUN_FILE} is missing)") from None
         except (OSError, ValueError, TypeError) as e:
             raise CertifyError(f"{path}: not a certification run's settings: {e}") from None
-
-
-def write_new(path: Path, text: str | bytes) -> None:
-    """Write a file nncert owns, never through a symlink someone planted in its place."""
-    data = text.encode() if isinstance(text, str) else text
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def own_dir(path: Path) -> Path:
-    """A directory of the run's own, made if need be; one planted as a symlink is refused."""
-    if path.is_symlink():
-        raise CertifyError(f"{path} is a symlink: nncert writes only into the directory it was given")
-    path.mkdir(exist_ok=True)
-    return path
 
 
 def pytest_arguments(args: list[str]) -> list[str]:
@@ -217,9 +201,7 @@ class SuiteRun:
             "command": shlex.join(command),
         }
         self.writer.write(record, sync=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.log_path, flags, 0o644)
-        with os.fdopen(fd, "ab") as log:
+        with os.fdopen(files.open_append(self.log_path), "ab") as log:
             log.write(f"\n--- start {self.starts}: {record['command']}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
@@ -404,8 +386,8 @@ def run_suites(
 ) -> None:
     """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, at most
     ``settings.jobs`` at a time; an exclusive suite runs alone."""
-    own_dir(out / LOGS_DIR)
-    own_dir(out / ARTIFACTS_DIR)
+    files.own_dir(out / LOGS_DIR)
+    files.own_dir(out / ARTIFACTS_DIR)
     path = out / JOURNAL_FILE
     journal.cut_torn_tail(path)
     states = journal.replay(journal.read(path))
@@ -578,11 +560,14 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
     """Run (or resume) a certification and write its report; returns the report. Raises
-    CertifyError for bad input before anything is written."""
+    CertifyError for bad input, and UnsafePathError for an ``out`` that is a symlink or another
+    user's directory, before anything is written."""
     from nncert.certify import report as reports
     from nncert.certify.environment import driver_identity, environment
     from nncert.drivers import DriverSpecError
 
+    if os.path.lexists(request.out):  # a link, another user's directory: refused before anything runs
+        files.check_dir(request.out)
     settings, plan = _settings(request)
     for name in settings.suites:
         suite_files(plan.suite(name))
@@ -592,8 +577,7 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
         raise CertifyError(str(e)) from None
     # Absolute: the suites' children run in the artifacts directory, and read these paths there.
     not_applied, runtimes = _expectations(settings)
-    out = Path(os.path.abspath(request.out))
-    out.mkdir(parents=True, exist_ok=True)
+    out = files.own_dir(os.path.abspath(request.out))
     lock = _lock(out)
     try:
         if not request.resume:

@@ -23,6 +23,10 @@ directory, shared by every process and instance of the driver (WAL, busy timeout
 emptied when the driver's version string changes (CACHE-4: reset on driver update). The
 state directory: the driver option ``state_dir``, else ``$NNCERT_STATE_DIR``, else
 ``$XDG_STATE_HOME/nncert`` or ``~/.local/state/nncert``; one subdirectory per driver name.
+The state directory, the driver's subdirectory and ``prepare_with_cache``'s cache directory
+are made 0700 and refused when another user owns them or may write into them; cache files are
+created 0600 and never opened through a symlink (nncert.files): cache tokens are predictable,
+so a directory someone else controls could otherwise point them at any file.
 
 ``prepare_with_cache`` is the application side (the NNAPI runtime's part of CACHE-1).
 """
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nncert import files
 from nncert.hal.errors import HalError
 from nncert.hal.types import ErrorStatus
 
@@ -137,7 +142,10 @@ class TokenStore:
     another version are dropped first."""
 
     def __init__(self, path: Path, version: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        files.private_dir(path.parent)
+        for name in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+            files.check_file(name)  # sqlite opens them following links: none may be one
+        os.close(files.open_private(path))  # created 0600; sqlite gives its -wal, -shm the same mode
         self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=STORE_TIMEOUT_S, isolation_level=None,
@@ -188,10 +196,12 @@ def token_store(driver: Driver) -> TokenStore:
         store = getattr(driver, "_token_store", None)
         if store is None:
             name = re.sub(r"[^A-Za-z0-9._-]", "_", driver.name)
-            path = state_dir(getattr(driver, "state_dir", None)) / name / "compilation-cache.sqlite"
+            root = state_dir(getattr(driver, "state_dir", None))
+            path = root / name / "compilation-cache.sqlite"
             try:
+                files.private_dir(root)  # whoever may rename entries in it could swap the subdirectory
                 store = TokenStore(path, driver.version_string())
-            except (OSError, sqlite3.Error) as e:
+            except (OSError, sqlite3.Error) as e:  # an UnsafePathError too: GENERAL_FAILURE, with why
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"cannot open the cache store {path}: {e}") from None
             driver._token_store = store  # type: ignore[attr-defined]
@@ -326,7 +336,8 @@ def prepare_with_cache(driver: Driver, model: Model, cache_dir: str | os.PathLik
                        token: bytes | None = None,
                        prepare: Callable[..., PreparedModel] | None = None) -> CacheOutcome:
     """The NNAPI runtime's caching: files ``<token>-model<i>`` / ``<token>-data<i>`` in
-    ``cache_dir``, opened (or created) read-write; present files are offered to
+    ``cache_dir`` (a ``files.private_dir``), opened (or created 0600) read-write, never through
+    a symlink (``UnsafePathError``); present files are offered to
     ``prepare_model_from_cache`` (a hit); on a miss or a refusal the model is compiled with
     the files, which the driver then (re)writes."""
     token = cache_token(model, driver) if token is None else token
@@ -334,13 +345,14 @@ def prepare_with_cache(driver: Driver, model: Model, cache_dir: str | os.PathLik
     n_model, n_data = driver.number_of_cache_files_needed()
     if (n_model, n_data) == (0, 0):
         return CacheOutcome(prepare(model), "off")
-    directory = Path(cache_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = files.private_dir(cache_dir)
     names = [f"{token.hex()}-model{i}" for i in range(n_model)] + \
         [f"{token.hex()}-data{i}" for i in range(n_data)]
-    existed = all((directory / n).exists() for n in names)
-    fds = [os.open(directory / n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600) for n in names]
+    existed = all(os.path.lexists(directory / n) for n in names)
+    fds: list[int] = []
     try:
+        for n in names:
+            fds.append(files.open_private(directory / n))
         model_fds, data_fds = fds[:n_model], fds[n_model:]
         reason = ""
         if existed:

@@ -11,7 +11,10 @@ reports FLT_MAX (unsupported), as NNAPI does.
 
 The answer must not change from call to call (DRV-1), so it is measured once per driver
 version and option set and kept in ``$NNCERT_CACHE_DIR`` (default ``~/.cache/nncert``),
-capabilities.json; every process on the machine then reports the same figures.
+capabilities.json; every process on the machine then reports the same figures. That directory
+is nncert's state: made 0700 and refused (``UnsafePathError``) when another user owns it or may
+write into it; the lock and the figures are created 0600, the figures replaced whole
+(nncert.files).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nncert import files
 from nncert.drivers.base import Driver
 from nncert.hal.builder import ModelBuilder, build_request
 from nncert.hal.model import Capabilities, Model, PerformanceInfo
@@ -137,10 +141,16 @@ def capabilities_from(ratios: dict[str, float | None]) -> Capabilities:
 @contextlib.contextmanager
 def _file_lock(path: Path):
     """One measuring process at a time on the machine (others then read its figures)."""
+    fd = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        files.private_dir(path.parent)
+        fd = files.open_private(path.with_suffix(".lock"))
+    except files.UnsafePathError:
+        if os.path.lexists(path.parent):
+            raise  # another user's or a shared directory, a planted link: refused, not worked around
     except OSError:
+        pass
+    if fd is None:  # a read-only home: the figures are measured, not kept
         yield
         return
     try:
@@ -172,9 +182,7 @@ def measured_capabilities(driver: Driver) -> Capabilities:
                 ratios = measure(driver)
                 stored[key] = ratios
                 try:
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
-                    os.replace(tmp, path)
+                    files.write_atomic(path, json.dumps(stored, indent=1, sort_keys=True), mode=0o600)
                 except OSError:
                     pass  # a read-only home: the figures still hold for this process
         _memo[key] = capabilities_from(ratios)

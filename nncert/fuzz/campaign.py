@@ -5,7 +5,13 @@ processes for a fixed time, and turns what they leave in ``DIR/artifacts`` into 
 each artifact is replayed in a forked child (``run_isolated``) calling the target's
 one-input function, classified, de-duplicated by key, journaled at once in
 ``DIR/findings.jsonl``, minimised, and written out with its spec and the command that
-replays it.
+replays it. A campaign run again in the same DIR keeps what the earlier ones found: their
+findings are read back from the journal, a key already recorded is a duplicate, and new
+findings are numbered on from the highest number there.
+
+Every file goes through nncert.files: DIR and its subdirectories are refused when they are
+symlinks or another user's, files are replaced whole by a rename or appended to with
+``O_NOFOLLOW``, never written through a link planted in their place.
 
 Why independent workers and not libFuzzer's ``-fork=N``: fork mode (and
 ``-minimize_crash``) re-executes ``argv[0]`` as a program, which for atheris is the
@@ -36,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nncert import files
+from nncert.certify.journal import cut_torn_tail
 from nncert.resources import suites_root
 from nncert.testing.outcome import Kind, run_isolated, signal_name
 
@@ -113,16 +121,40 @@ def write_seeds(target: Target, out: Path, limit: int | None = None) -> list[Pat
     """The target's seeds, one file per seed named by its content hash; with ``limit``, at most
     that many, spread evenly over the catalogue (a short campaign otherwise spends its time
     loading thousands of seeds)."""
-    out.mkdir(parents=True, exist_ok=True)
+    files.own_dir(out)
     seeds = list(target.seeds())
     if limit is not None and len(seeds) > limit:
         seeds = [seeds[i * len(seeds) // limit] for i in range(limit)]
     paths = []
     for data in seeds:
         path = out / content_name(data)
-        path.write_bytes(data)
+        files.write_atomic(path, data, sync=False)  # made again by the next campaign if lost
         paths.append(path)
     return paths
+
+
+def recorded_findings(journal: Path) -> dict[str, dict[str, Any]]:
+    """key -> the finding an earlier campaign journaled in ``journal`` (with its minimised input
+    and replay command once those were recorded); a last line a kill cut short is dropped."""
+    cut_torn_tail(journal)
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        lines = journal.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return found
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+            continue
+        if record.get("event") == "finding" and isinstance(record.get("number"), int):
+            found.setdefault(record["key"], record)
+        elif record.get("event") == "minimized" and record["key"] in found:
+            found[record["key"]].update(minimized=record.get("file"), minimized_size=record.get("size"),
+                                        command=record.get("command"))
+    return found
 
 
 # ---------------------------------------------------------------------------------------
@@ -274,18 +306,23 @@ class Campaign:
         self.target, self.script, self.config, self.progress = target, script, config, progress
         self.target_ref = target_ref or target.name
         self.driver = driver if target.needs_driver else None
-        self.out = out = out.resolve()  # the replay commands work from anywhere
+        # Absolute, the replay commands work from anywhere; not resolved, a link is refused.
+        self.out = out = files.own_dir(os.path.abspath(out))
         self.corpus_dir = out / "corpus"
         self.artifacts_dir = out / "artifacts"
         self.findings_dir = out / "findings"
         self.logs_dir = out / "logs"
         for d in (self.corpus_dir, self.artifacts_dir, self.findings_dir, self.logs_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            files.own_dir(d)
         self.journal = out / "findings.jsonl"
-        self.journal.write_text("")
-        self.findings: dict[str, dict[str, Any]] = {}  # key -> record
+        os.close(files.open_append(self.journal))
+        self.findings = recorded_findings(self.journal)  # key -> record, earlier campaigns' first
+        self.earlier = set(self.findings)
+        numbers = [r["number"] for r in self.findings.values()] + \
+            [int(m[0]) for p in self.findings_dir.iterdir() if (m := re.match(r"\d+", p.name))]
+        self.last_number = max(numbers, default=0)  # an earlier finding's directory is never reused
         self._expectations: list[Any] | None = None  # the driver's, loaded at the first finding
-        self.duplicates: dict[str, int] = {}
+        self.duplicates: dict[str, int] = {}  # key -> times found again in this campaign
         self.seen = {p.name for p in self.artifacts_dir.iterdir()}  # a previous run's are left alone
         self.started = time.monotonic()
         self.deadline = self.started + config.time  # set again when run() starts the workers
@@ -294,11 +331,11 @@ class Campaign:
             for path in sorted(Path(directory).iterdir()):
                 if path.is_file():
                     data = path.read_bytes()
-                    (self.corpus_dir / content_name(data)).write_bytes(data)
+                    files.write_atomic(self.corpus_dir / content_name(data), data, sync=False)
         self.n_seeds = len(seeds)
         self.workers = [_Worker(i, self.logs_dir / f"worker-{i}.log") for i in range(config.jobs)]
         for w in self.workers:
-            w.log.write_text("")
+            files.write_atomic(w.log, "", sync=False)
         self._last_progress = self.started
 
     # --- workers
@@ -317,7 +354,7 @@ class Campaign:
     def _start(self, w: _Worker) -> None:
         w.run_offset = w.log.stat().st_size
         w.execs = w.rate = 0
-        with w.log.open("ab") as log:
+        with os.fdopen(files.open_append(w.log), "ab") as log:
             log.write(f"--- run {w.runs + 1}: {shlex.join(self._command(w))}\n".encode())
             log.flush()
             w.proc = subprocess.Popen(self._command(w), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -410,10 +447,9 @@ class Campaign:
             self._journal({"event": "duplicate", "key": verdict.key, "artifact": str(path),
                            "elapsed_s": elapsed})
             return
-        number = len(self.findings) + 1
+        self.last_number = number = self.last_number + 1
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", verdict.key).strip("_")[:80]
-        where = self.findings_dir / f"{number:03d}-{slug}"
-        where.mkdir(parents=True, exist_ok=True)
+        where = files.own_dir(self.findings_dir / f"{number:03d}-{slug}")
         record: dict[str, Any] = {
             "event": "finding", "number": number, "key": verdict.key, "kind": verdict.kind,
             "message": verdict.message, "signal": verdict.signal, "frames": verdict.frames,
@@ -428,7 +464,7 @@ class Campaign:
         self._journal(record)  # at once: a campaign killed during minimisation keeps it
         note = f" [known: {verdict.test} is an expected failure of {self.driver}]" if known else ""
         self.progress(f"  new finding #{number} {verdict.key}: {verdict.message}{note}")
-        (where / "original").write_bytes(data)
+        files.write_atomic(where / "original", data)
         minimal = data
         if verdict.kind in ("FINDING", "EXCEPTION", "CRASH"):  # a HANG costs a timeout per attempt
             budget = min(self.config.minimise_time, max(2.0, self.deadline - time.monotonic()))
@@ -439,7 +475,7 @@ class Campaign:
     def _write_spec(self, where: Path, record: dict[str, Any], verdict: Verdict, original: bytes,
                     minimal: bytes) -> None:
         input_path = where / "minimized"
-        input_path.write_bytes(minimal)
+        files.write_atomic(input_path, minimal)
         command = replay_command(self.target_ref, input_path, self.driver)
         try:
             description = self.target.describe(minimal)
@@ -453,14 +489,14 @@ class Campaign:
             "original_size": len(original), "original_sha1": content_name(original),
             "command": command, "detail": verdict.detail[-2000:],
         }
-        (where / "spec.json").write_text(json.dumps(spec, indent=1) + "\n")
-        (where / "command.txt").write_text(command + "\n")
+        files.write_atomic(where / "spec.json", json.dumps(spec, indent=1) + "\n")
+        files.write_atomic(where / "command.txt", command + "\n")
         record.update(minimized=str(input_path), minimized_size=len(minimal), command=command)
         self._journal({"event": "minimized", "key": verdict.key, "file": str(input_path),
                        "size": len(minimal), "original_size": len(original), "command": command})
 
     def _journal(self, record: dict[str, Any]) -> None:
-        with self.journal.open("a", encoding="utf-8") as f:
+        with open(files.open_append(self.journal), "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -475,7 +511,8 @@ class Campaign:
                 "execs": sum(w.execs_done + w.execs for w in self.workers),
                 "exec_per_s": sum(w.rate for w in self.workers if w.proc is not None),
                 "corpus": sum(1 for _ in self.corpus_dir.iterdir()),
-                "findings": len(self.findings), "duplicates": sum(self.duplicates.values()),
+                "findings": len(self.findings) - len(self.earlier),  # new in this campaign
+                "duplicates": sum(self.duplicates.values()),
                 "worker_runs": sum(w.runs for w in self.workers)}
 
     def _report_progress(self) -> None:
@@ -515,17 +552,24 @@ class Campaign:
         return self._summary()
 
     def _summary(self) -> dict[str, Any]:
-        status = self._status()
+        """This campaign's figures and what it found: its new findings and the earlier ones it
+        found again (``earlier``); those it did not meet stay in the journal, counted in
+        ``earlier_findings``."""
+        found = {key: r for key, r in self.findings.items()
+                 if key not in self.earlier or key in self.duplicates}
         summary = {
             "target": self.target.name, "driver": self.driver, "script": str(self.script),
             "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
-            "seed": self.config.seed, "seeds": self.n_seeds, **status,
-            "findings_by_key": {key: {"count": 1 + self.duplicates.get(key, 0), "kind": r["kind"],
-                                      "message": r["message"], "command": r.get("command"),
-                                      "dir": r["dir"], "known": r.get("known")}
-                                for key, r in self.findings.items()},
+            "seed": self.config.seed, "seeds": self.n_seeds, **self._status(),
+            "earlier_findings": len(self.earlier),
+            "findings_by_key": {key: {"count": (key not in self.earlier) + self.duplicates.get(key, 0),
+                                      "number": r["number"], "earlier": key in self.earlier,
+                                      "kind": r.get("kind"), "message": r.get("message"),
+                                      "command": r.get("command"), "dir": r.get("dir"),
+                                      "known": r.get("known")}
+                                for key, r in found.items()},
         }
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        files.write_atomic(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
         return summary
 
 

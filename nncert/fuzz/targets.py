@@ -24,6 +24,7 @@ import numpy as np
 from nncert.drivers import load_driver
 from nncert.drivers.base import Driver, PreparedModel
 from nncert.drivers.caching import read_file, write_file
+from nncert.files import open_private
 from nncert.fuzz import Finding
 from nncert.fuzz import decode as dec
 from nncert.hal.builder import read_outputs
@@ -310,8 +311,8 @@ class _CacheFuzz:
         if (self.n_model, self.n_data) == (0, 0):
             raise ValueError(f"driver {self.driver.name!r} does not support compilation caching: "
                              "the prepare_from_cache target needs one that does (CACHE-2)")
-        self.fds = [os.open(os.path.join(self.state.name, f"cache{i}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                            0o600) for i in range(self.n_model + self.n_data)]
+        self.fds = [open_private(os.path.join(self.state.name, f"cache{i}"))
+                    for i in range(self.n_model + self.n_data)]
         #: case id -> (model cache files' bytes, data cache files' bytes, token), None: not cached
         self.saved: dict[str, tuple[list[bytes], list[bytes], bytes] | None] = {}
         self.tokens: dict[bytes, list[bytes]] = {}

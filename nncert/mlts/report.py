@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from nncert import files
 from nncert.mlts.accuracy import ACCURACY_MARGIN, mark
 from nncert.mlts.run import ModelResult
 
@@ -82,16 +83,16 @@ def tables(results: Sequence[ModelResult]) -> dict[str, pd.DataFrame]:
 
 def write(results: Sequence[ModelResult], out: Path, meta: dict) -> dict[str, Path]:
     """CSV and JSON per table, ``report.html`` and ``meta.json`` in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+    files.own_dir(out)
     frames = tables(results)
     paths: dict[str, Path] = {}
     for name, df in frames.items():
-        df.to_csv(out / f"{name}.csv", index=False)
-        df.to_json(out / f"{name}.json", orient="records", indent=1)
+        files.write_atomic(out / f"{name}.csv", df.to_csv(index=False))
+        files.write_atomic(out / f"{name}.json", df.to_json(orient="records", indent=1))
         paths[name] = out / f"{name}.csv"
-    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    files.write_atomic(out / "meta.json", json.dumps(meta, indent=1) + "\n")
     paths["html"] = out / "report.html"
-    paths["html"].write_text(render(frames, meta))
+    files.write_atomic(paths["html"], render(frames, meta))
     return paths
 
 

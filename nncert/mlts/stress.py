@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nncert import files
 from nncert.drivers import load_driver
 from nncert.drivers.base import Driver, PreparedModel
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
@@ -789,14 +790,14 @@ class Journal:
     NAME = "journal.jsonl"
 
     def __init__(self, out_dir: Path) -> None:
-        """A fresh journal in ``out_dir`` (created); OSError if it cannot be written."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.out_dir = out_dir
+        """A fresh journal in ``out_dir`` (created; refused if it is a symlink or another user's,
+        nncert.files); OSError if it cannot be written."""
+        self.out_dir = files.own_dir(out_dir)
         self.path = out_dir / self.NAME
-        self.path.write_text("")
+        files.write_atomic(self.path, "")
 
     def append(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
+        with open(files.open_append(self.path), "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -809,8 +810,8 @@ class Journal:
         frame = pd.DataFrame.from_records(self.records())
         first = [c for c in SUMMARY_COLUMNS if c in frame.columns]
         frame = frame[first + [c for c in frame.columns if c not in first]]
-        frame.to_csv(self.out_dir / "summary.csv", index=False)
-        frame.to_json(self.out_dir / "summary.json", orient="records", indent=1)
+        files.write_atomic(self.out_dir / "summary.csv", frame.to_csv(index=False))
+        files.write_atomic(self.out_dir / "summary.json", frame.to_json(orient="records", indent=1))
         return frame
 
 

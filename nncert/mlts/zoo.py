@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nncert.files import private_dir, write_atomic
 from nncert.hal.codec import pack_model, unpack_model
 from nncert.hal.model import Model, Operand, dtype_of
 from nncert.ops.base import quantize
@@ -115,13 +116,11 @@ def load(entry: ZooModel, directory: Path, progress: Callable[[str], None] = lam
     built.info.update(name=entry.name, source=entry.source, recipe=entry.recipe,
                       build_s=round(time.monotonic() - start, 2),
                       tflite_sha256=hashlib.sha256(built.tflite).hexdigest())
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)  # nncert's state: what is built here is loaded again as it is
     structure, data = pack_model(built.model)
     for f, content in zip(files, (built.tflite, structure, data, json.dumps(built.info, indent=1).encode()),
                           strict=True):
-        tmp = f.with_name(f.name + ".tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, f)  # a build killed half-way leaves no half entry
+        write_atomic(f, content)  # a build killed half-way leaves no half entry
     return built
 
 

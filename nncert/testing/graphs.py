@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from nncert.files import write_atomic
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
 from nncert.hal.types import FusedActivationFunc, OperandType, OperationType, Version
@@ -577,9 +578,7 @@ def _json_default(x: Any) -> Any:
 
 
 def save_spec(path, graph: Graph, **extra: Any) -> None:
-    with open(path, "w") as f:
-        json.dump(to_spec(graph, **extra), f, indent=1)
-        f.write("\n")
+    write_atomic(path, json.dumps(to_spec(graph, **extra), indent=1) + "\n")
 
 
 def load_spec(path) -> tuple[Graph, dict]:

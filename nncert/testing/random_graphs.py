@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from nncert.drivers.base import Driver, PreparedModel
+from nncert.files import own_dir
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model
@@ -255,7 +256,7 @@ def triage(failure: Failure, driver_spec: str) -> dict | None:
 
 def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
     """Write the failure as a spec file under ``directory``; returns its path."""
-    directory.mkdir(parents=True, exist_ok=True)
+    own_dir(directory)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{driver_spec}-{failure.cell.label}-s{failure.seed}")
     path = directory / f"{slug}.json"
     save_spec(path, failure.graph, seed=failure.seed, driver=driver_spec,
