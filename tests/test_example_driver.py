@@ -111,14 +111,15 @@ def test_the_guides_driver_sketch_passes(tmp_path):
 @pytest.fixture(scope="module")
 def broken_site(tmp_path_factory) -> Path:
     """A vendor package whose driver cannot start: one module fails to import, another's
-    factory raises, each also registered as an entry point (a hand-written dist-info, as
-    pip would install it)."""
+    factory (marked @driver_factory, so that an import path may name it) raises, each also
+    registered as an entry point (a hand-written dist-info, as pip would install it)."""
     site = tmp_path_factory.mktemp("broken")
     package = site / "vendor_npu"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "broken_import.py").write_text(f"raise OSError({NPU0.partition(': ')[2]!r})\n")
     (package / "broken_factory.py").write_text(
+        "from nncert.drivers import driver_factory\n\n@driver_factory\n"
         f"def create(**options):\n    raise OSError({NPU0.partition(': ')[2]!r})\n")
     info = site / "vendor_npu-0.1.dist-info"
     info.mkdir()
@@ -130,9 +131,11 @@ def broken_site(tmp_path_factory) -> Path:
 
 
 BROKEN = [
-    ("npu-import", "driver 'npu-import' (entry point vendor_npu.broken_import:create) cannot be loaded"),
+    ("npu-import", "driver 'npu-import' (entry point vendor_npu.broken_import:create): "
+                   "cannot import driver module 'vendor_npu.broken_import'"),
     ("vendor_npu.broken_import:create", "cannot import driver module 'vendor_npu.broken_import'"),
-    ("npu-factory", "driver 'npu-factory' could not be started"),
+    ("npu-factory", "driver 'npu-factory' (entry point vendor_npu.broken_factory:create) "
+                    "could not be started"),
     ("vendor_npu.broken_factory:create", "driver 'vendor_npu.broken_factory:create' could not be started"),
 ]
 

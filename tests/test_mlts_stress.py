@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from nncert.cli import main
-from nncert.drivers import load_driver
+from nncert.drivers import driver_factory, load_driver
 from nncert.drivers.reference import ReferenceDriver, ReferencePreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
@@ -57,6 +57,7 @@ class FaultyDriver(ReferenceDriver):
         return FaultyPreparedModel(super().prepare_model(model, *args, **kwargs).model, self.fault)
 
 
+@driver_factory  # named by an import path (tests.test_mlts_stress:faulty:FAULT)
 def faulty(fault: str) -> FaultyDriver:
     return FaultyDriver(fault)
 
