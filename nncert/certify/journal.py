@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nncert import files
+from nncert.datafiles import parse_json
 
 #: The statuses of a test outcome in a certification report (docs/certification.md).
 STATUSES = ("PASS", "FAIL", "WAIVED", "XPASS", "DECLINED", "SKIPPED", "CRASH", "HANG")
@@ -91,9 +92,9 @@ def read(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise JournalError(f"{path}: line {n} is not JSON: the journal is corrupted") from None
+            record = parse_json(line, f"{path}: line {n}", JournalError, allow_nonfinite=True)
+        except JournalError as e:
+            raise JournalError(f"{e}: the journal is corrupted") from None
         records.append(check_record(record, f"{path}: line {n}"))
     return records
 

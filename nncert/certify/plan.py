@@ -9,15 +9,18 @@ docs/certification.md ("Plans").
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from nncert.datafiles import parse_toml
 from nncert.resources import SUITE_DIRS, suites_root
 
 PLANS_DIR = Path(__file__).resolve().parent / "plans"
 _PLAN_KEYS = {"name", "description", "test_timeout", "suite"}
 _SUITE_KEYS = {"name", "title", "paths", "args", "timeout", "test_timeout", "exclusive"}
+#: The longest deadline a plan may set (a week): beyond what any clock call accepts, a larger
+#: number would fail the run instead of bounding it.
+_MAX_SECONDS = 7 * 24 * 3600
 
 
 class PlanError(ValueError):
@@ -78,18 +81,22 @@ def load_plan(name: str) -> Plan:
     """The plan ``name`` (a shipped plan's name, or the path of a plan file)."""
     path = plan_path(name)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise PlanError(f"plan {path}: cannot read it: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PlanError(f"plan {path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+                        ) from None
     return parse_plan(text, str(path))
 
 
 def parse_plan(text: str, where: str = "plan") -> Plan:
     """A plan from its TOML text; PlanError names ``where`` and the key at fault."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise PlanError(f"{where}: not TOML: {e}") from None
+    if not isinstance(text, str):
+        raise PlanError(f"{where}: the plan's text must be a string")
+    data = parse_toml(text, where, PlanError)
     unknown = set(data) - _PLAN_KEYS
     if unknown:
         raise PlanError(
@@ -117,12 +124,12 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         if not paths:
             raise PlanError(f"{at}: 'paths' names no test file")
         for p in paths:
-            if Path(p).is_absolute() or ".." in Path(p).parts or Path(p).parts[0] not in SUITE_DIRS:
+            if not p or Path(p).is_absolute() or ".." in Path(p).parts or Path(p).parts[0] not in SUITE_DIRS:
                 raise PlanError(f"{at}: path {p!r} must lie in {', '.join(d + '/' for d in SUITE_DIRS)}")
         suites.append(
             Suite(
                 name=suite_name,
-                title=str(entry.get("title", suite_name)),
+                title=_typed(entry, "title", str, at, suite_name),
                 paths=tuple(paths),
                 args=tuple(_strings(entry, "args", at)),
                 timeout=_seconds(entry, "timeout", at, 3600.0),
@@ -131,7 +138,8 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
             )
         )
     return Plan(
-        name, str(data.get("description", "")), tuple(suites), text, hashlib.sha256(text.encode()).hexdigest()
+        name, _typed(data, "description", str, where, ""), tuple(suites), text,
+        hashlib.sha256(text.encode()).hexdigest(),
     )
 
 
@@ -154,13 +162,13 @@ def _typed(data: dict, key: str, kind: type, where: str, default: object = None)
 
 def _strings(data: dict, key: str, where: str) -> list[str]:
     value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise PlanError(f"{where}: {key!r} must be a list of strings")
+    if not isinstance(value, list) or not all(isinstance(v, str) and "\0" not in v for v in value):
+        raise PlanError(f"{where}: {key!r} must be a list of strings (without NUL characters)")
     return value
 
 
 def _seconds(data: dict, key: str, where: str, default: float) -> float:
     value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise PlanError(f"{where}: {key!r} must be a positive number of seconds")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= _MAX_SECONDS:
+        raise PlanError(f"{where}: {key!r} must be a positive number of seconds, at most {_MAX_SECONDS:,}")
     return float(value)

@@ -18,6 +18,7 @@ import pandas as pd
 from nncert.certify import journal, verdict
 from nncert.certify.plan import Plan, Suite, parse_plan
 from nncert.certify.runner import JOURNAL_FILE, RunSettings, reproduce_command
+from nncert.datafiles import read_json
 from nncert.files import own_dir, write_atomic
 from nncert.requirements import REQUIREMENTS
 
@@ -433,22 +434,71 @@ def write(out: Path, report: dict[str, Any]) -> None:
     write_atomic(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
 
 
+#: What ``load`` checks of a report, as ``certify verify`` and ``certify diff`` read it: a key
+#: maps to a type, a tuple of types, a dict (an object with those keys), a list of one shape
+#: (an array of such items), or ``{_EACH: shape}`` (an object whose every value has the shape).
+_EACH = object()
+_MISSING = object()
+_SHAPE: dict[str, Any] = {
+    "plan": {"name": str, "given": str, "text": str, "sha256": str},
+    "run": {"nncert": str},
+    "driver": {},
+    "verdict": {"overall": str, "reasons": [str]},
+    "suites": [{"name": str, "state": str, "message": str}],
+    "tests": [{"suite": str, "id": str, "status": (str, type(None)), "req": [str]}],
+    "requirements": {_EACH: {"verdict": str, "counts": {_EACH: int}}},
+    "coverage": [{"operation": str, "type": str, "state": str}],
+    "mlts": [{"test": str}],
+}
+
+
+def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """Where ``value`` departs from ``shape`` (see ``_SHAPE``), None if nowhere."""
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} must be an array"
+        for n, item in enumerate(value):
+            problem = _shape_problem(item, shape[0], f"{where}[{n}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{where} must be an object"
+        for key, sub in shape.items():
+            items = value.items() if key is _EACH else [(key, value.get(key, _MISSING))]
+            for k, v in items:
+                if v is _MISSING:
+                    return f"{where} has no {k!r}"
+                problem = _shape_problem(v, sub, f"{where}.{k}" if where else k)
+                if problem:
+                    return problem
+        return None
+    if not isinstance(value, shape) or (isinstance(value, bool) and shape is int):
+        kinds = shape if isinstance(shape, tuple) else (shape,)
+        return f"{where} must be {' or '.join('null' if k is type(None) else k.__name__ for k in kinds)}"
+    return None
+
+
+
 def load(out: Path) -> dict[str, Any]:
-    """A report.json, checked to be one: ValueError (one line) otherwise."""
+    """A report.json, checked to be one (well-formed JSON of nncert's schema, with the fields
+    verify and diff read of the right types): ValueError (one line) otherwise."""
     path = out / REPORT_FILE
-    try:
-        report = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{out} is not a certification report ({REPORT_FILE} is missing)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable report: {e}") from None
+    if not path.is_file():
+        raise ValueError(f"{out} is not a certification report ({REPORT_FILE} is missing)")
+    # A report keeps NaN where a measurement has none (an MLTS model that did not run).
+    report = read_json(path, ValueError, allow_nonfinite=True)
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not an nncert certification report")
     if report.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(
-            f"{path}: report schema version {report.get('schema_version')!r}; this nncert "
+            f"{path}: report schema version {report.get('schema_version')!r:.40}; this nncert "
             f"reads version {SCHEMA_VERSION}"
         )
+    problem = _shape_problem(report, _SHAPE, "")
+    if problem:
+        raise ValueError(f"{path}: not a well-formed report: {problem}")
     return report
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import statistics
 import threading
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from nncert import files
+from nncert.datafiles import DataFileError, read_json
 from nncert.drivers.base import Driver
 from nncert.hal.builder import ModelBuilder, build_request
 from nncert.hal.model import Capabilities, Model, PerformanceInfo
@@ -161,11 +163,19 @@ def _file_lock(path: Path):
 
 
 def _read(path: Path) -> dict:
+    """The figures kept at ``path``; {} when there are none or they do not parse (a corrupted
+    file is measured again and rewritten, never an error)."""
     try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
+        stored = read_json(path)
+    except DataFileError:
         return {}
     return stored if isinstance(stored, dict) else {}
+
+
+def _well_formed(ratios: object) -> bool:
+    """Kept figures of the shape ``measure`` gives: a ratio >= 0 (or None) per family."""
+    return isinstance(ratios, dict) and set(ratios) == set(FAMILY.values()) | {"relaxed"} and all(
+        r is None or (type(r) in (int, float) and 0 <= r < math.inf) for r in ratios.values())
 
 
 def measured_capabilities(driver: Driver) -> Capabilities:
@@ -178,7 +188,7 @@ def measured_capabilities(driver: Driver) -> Capabilities:
         with _file_lock(path):
             stored = _read(path)
             ratios = stored.get(key)
-            if not isinstance(ratios, dict):
+            if not _well_formed(ratios):
                 ratios = measure(driver)
                 stored[key] = ratios
                 try:

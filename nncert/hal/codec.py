@@ -2,8 +2,12 @@
 leaves the process or the driver — the driver service's wire format and compilation caches.
 
 Decoding never trusts its input: what does not have the expected shape raises
-``CodecError`` (a ValueError), never anything worse; whether the decoded model is valid is
-``validate_model``'s question, not this module's.
+``CodecError`` (a ValueError), never anything worse. Every field is type-checked (a JSON
+float or ``true`` is not an integer, a string is not a scale) and every integer fits 64
+bits; the structure is parsed by ``nncert.datafiles`` (bounded nesting, UTF-8). Whether the
+decoded model is valid is ``validate_model``'s question, not this module's: an invalid
+value of the right type (a negative dimension, a NaN scale) reaches the driver unchanged so
+that it can reject it (VAL-1).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import enum
 import json
 from typing import Any, TypeVar
 
+from nncert.datafiles import INT_MAX, INT_MIN, integer, number, parse_json
 from nncert.hal.memory import Memory
 from nncert.hal.model import DataLocation, Model, Operand, Operation, Subgraph, SymmPerChannelQuantParams
 from nncert.hal.types import OperandLifeTime, OperandType, OperationType
@@ -38,8 +43,8 @@ def enum_code(cls: type[E], value: Any) -> E | int:
 
 
 def ints(values: Any) -> tuple[int, ...]:
-    if not isinstance(values, list) or not all(type(x) is int for x in values):
-        raise CodecError(f"{values!r} is not a list of integers")
+    if not isinstance(values, list) or not all(type(x) is int and INT_MIN <= x <= INT_MAX for x in values):
+        raise CodecError(f"{values!r:.80} is not a list of 64-bit integers")
     return tuple(values)
 
 
@@ -54,12 +59,29 @@ def encode_operand(o: Operand) -> list:
 def decode_operand(v: Any) -> Operand:
     try:
         type_, dims, scale, zp, lifetime, loc, cq = v
-        return Operand(enum_code(OperandType, type_), ints(dims), float(scale), int(zp),
-                       enum_code(OperandLifeTime, lifetime), DataLocation(*ints(loc)),
-                       None if cq is None else SymmPerChannelQuantParams(tuple(float(s) for s in cq[0]),
-                                                                         int(cq[1])))
-    except (TypeError, ValueError, IndexError, KeyError) as e:
+        location = ints(loc)
+        if len(location) != 4:
+            raise CodecError("a location is [pool, offset, length, padding]")
+        channel = None
+        if cq is not None:
+            scales, channel_dim = cq
+            if not isinstance(scales, list):
+                raise CodecError("per-channel scales must be a list")
+            channel = SymmPerChannelQuantParams(tuple(_number(s, "a per-channel scale") for s in scales),
+                                                _integer(channel_dim, "channel_dim"))
+        return Operand(enum_code(OperandType, type_), ints(dims), _number(scale, "the scale"),
+                       _integer(zp, "the zero point"), enum_code(OperandLifeTime, lifetime),
+                       DataLocation(*location), channel)
+    except (TypeError, ValueError) as e:  # not 7 fields, not a pair (CodecError is a ValueError)
         raise CodecError(f"malformed operand {v!r:.80}: {e}") from None
+
+
+def _number(value: Any, what: str) -> float:
+    return number(value, what, CodecError, finite=False)  # NaN: validation's to refuse (VAL-1)
+
+
+def _integer(value: Any, what: str) -> int:
+    return integer(value, what, CodecError)
 
 
 def encode_subgraph(sg: Subgraph) -> dict:
@@ -70,6 +92,8 @@ def encode_subgraph(sg: Subgraph) -> dict:
 
 def decode_subgraph(d: Any) -> Subgraph:
     try:
+        if not isinstance(d["operands"], list) or not isinstance(d["operations"], list):
+            raise CodecError("malformed subgraph: operands and operations must be lists")
         return Subgraph([decode_operand(o) for o in d["operands"]],
                         [Operation(enum_code(OperationType, t), list(ints(ins)), list(ints(outs)))
                          for t, ins, outs in d["operations"]],
@@ -95,17 +119,23 @@ def pack_model(model: Model) -> tuple[bytes, bytes]:
 def unpack_model(structure: bytes, data: bytes) -> Model:
     """The model ``pack_model`` gave; the pools are fresh shared memory. Data beyond what the
     structure names is ignored; less is a CodecError."""
+    d = parse_json(structure, "model structure", CodecError, allow_nonfinite=True)
     try:
-        d = json.loads(structure)
-        sizes = [int(d["values"]), *(int(n) for n in d["pools"])]
+        if not (isinstance(d, dict) and isinstance(d["pools"], list) and isinstance(d["referenced"], list)):
+            raise CodecError("malformed model structure: not an encoded model")
+        # A pool has at least one byte: shared memory of none cannot be made (nor is it valid).
+        sizes = [integer(d["values"], "the operand values' size", CodecError, 0),
+                 *(integer(n, "a pool's size", CodecError, 1) for n in d["pools"])]
         main = decode_subgraph(d["main"])
         referenced = [decode_subgraph(s) for s in d["referenced"]]
         relax = d["relax"]
     except CodecError:
         raise
-    except (TypeError, ValueError, KeyError, UnicodeDecodeError) as e:
+    except (TypeError, ValueError, KeyError) as e:
         raise CodecError(f"malformed model structure: {type(e).__name__}: {e}") from None
-    if type(relax) is not bool or any(n < 0 for n in sizes) or sum(sizes) > len(data):
+    if type(relax) is not bool:
+        raise CodecError("malformed model structure: relax must be true or false")
+    if sum(sizes) > len(data):
         raise CodecError(f"the structure names {sum(sizes)} bytes of constants, the data has {len(data)}")
     chunks, at = [], 0
     for n in sizes:

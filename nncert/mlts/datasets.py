@@ -313,7 +313,7 @@ def speech() -> list[Clip]:
 
 @cache
 def _speech() -> tuple[Clip, ...]:
-    with np.load(_data_file("speech.npz")) as z:
+    with np.load(_data_file("speech.npz"), allow_pickle=False) as z:
         audio, offsets = z["audio"], z["offsets"]
         audio.setflags(write=False)
         rate = int(z["sample_rate"])

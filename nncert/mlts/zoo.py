@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nncert.datafiles import DataFileError, parse_json
 from nncert.files import private_dir, write_atomic
-from nncert.hal.codec import pack_model, unpack_model
+from nncert.hal.codec import CodecError, pack_model, unpack_model
 from nncert.hal.model import Model, Operand, dtype_of
 from nncert.ops.base import quantize
 
@@ -102,8 +103,14 @@ def load(entry: ZooModel, directory: Path, progress: Callable[[str], None] = lam
     base = directory / f"{entry.name}-{_key(entry)}"
     files = [base.with_suffix(s) for s in (".tflite", ".hal.json", ".hal.bin", ".json")]
     if all(f.exists() for f in files):
-        tflite, structure, data, info = (f.read_bytes() for f in files)
-        return Built(tflite, unpack_model(structure, data), json.loads(info))
+        try:
+            tflite, structure, data, info = (f.read_bytes() for f in files)
+            built = Built(tflite, unpack_model(structure, data), parse_json(info, str(files[3])))
+            if isinstance(built.info, dict):
+                return built
+            progress(f"{entry.name}: {files[3]} is not an object; building it again")
+        except (OSError, CodecError, DataFileError) as e:  # a corrupted cache is rebuilt, never trusted
+            progress(f"{entry.name}: the cached build does not read ({e}); building it again")
     progress(f"building {entry.name} ({entry.source})")
     start = time.monotonic()
     try:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import fnmatch
 import sys
-import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +46,7 @@ from typing import NamedTuple
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from nncert.datafiles import read_toml
 from nncert.drivers import factory_for, parse_spec
 
 FILE_NAME = "expectations.toml"
@@ -164,10 +164,7 @@ def installed_version(distribution: str) -> str:
 def load_file_report(path: Path, spec: str) -> LoadReport:
     """The entries of ``path``, split into those that apply to driver ``spec`` and the
     installed runtime, and those that do not."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ExpectationsError(f"{path}: {e}") from None
+    data = read_toml(path, ExpectationsError)
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ExpectationsError(f"{path}: unknown top-level key {sorted(unknown)[0]!r} "
@@ -178,8 +175,8 @@ def load_file_report(path: Path, spec: str) -> LoadReport:
     runtime = runtime.strip()
     version = installed_version(runtime) if runtime else ""
     defaults = data.get("defaults", {})
-    if not isinstance(defaults, dict):
-        raise ExpectationsError(f"{path}: [defaults] must be a table")
+    if not isinstance(defaults, dict) or any(isinstance(v, dict | list) for v in defaults.values()):
+        raise ExpectationsError(f"{path}: [defaults] must be a table of option = \"value\"")
     _, _, options = parse_spec(hosted_spec(spec))
     options = {**{k: str(v) for k, v in defaults.items()}, **options}
     entries = data.get("xfail", [])
@@ -206,10 +203,13 @@ def load_file_report(path: Path, spec: str) -> LoadReport:
             when = [when]
         if not isinstance(when, list) or not all(isinstance(w, str) and "=" in w for w in when):
             raise ExpectationsError(f"{where}: 'when' must be a list of KEY=VALUE strings")
+        for key in ("reproduce", "magnitude", "agrees_with"):
+            if not isinstance(entry.get(key, ""), str):
+                raise ExpectationsError(f"{where}: {key!r} must be a string")
         versions = _versions(entry, where, runtime)
         exp = Expectation(tuple(tests), entry["reason"].strip(), tuple(when),
-                          str(entry.get("reproduce", "")), str(entry.get("magnitude", "")),
-                          str(entry.get("agrees_with", "")), f"{path.parent.name}/{path.name}#{n}",
+                          entry.get("reproduce", ""), entry.get("magnitude", ""),
+                          entry.get("agrees_with", ""), f"{path.parent.name}/{path.name}#{n}",
                           runtime, str(versions) if versions is not None else "", version)
         why = _not_applied_why(exp, options, versions)
         if why:

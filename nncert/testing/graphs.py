@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from nncert.datafiles import integer, number, read_json
 from nncert.files import write_atomic
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
@@ -280,7 +281,9 @@ def _graph_version(g: Graph) -> Version:
             known = [kernel_value(record, o, v) for o, v in zip(ins, vals, strict=True)]
             ctx = bind(record, ins, known, outs)
             version = max(version, instance_version(ctx))
-        except (ShapeError, Unknown, KeyError):
+        except (ShapeError, Unknown, KeyError, ValueError, IndexError, TypeError):
+            # A graph read from a spec file may be invalid (validation refuses it when it runs):
+            # its version is then the record's newest.
             version = max(version, max(record.versions))
     return version
 
@@ -583,18 +586,25 @@ def save_spec(path, graph: Graph, **extra: Any) -> None:
 
 def load_spec(path) -> tuple[Graph, dict]:
     """The graph a spec file describes (with its expected outputs) and the whole document.
-    Raises SpecError with a one-line reason on anything malformed."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: not JSON: {e}") from None
+    Raises SpecError with a one-line reason on anything malformed: the file is read by
+    ``nncert.datafiles`` (bounded nesting and integers, UTF-8), every field is type-checked,
+    and no operand may claim more than ``MAX_SPEC_ELEMENTS`` elements, so that a crafted file
+    is refused before anything is allocated for it."""
+    # Tensor values may hold NaN and infinities (an expected output, the criteria's limits).
+    doc = read_json(path, SpecError, allow_nonfinite=True)
     try:
         return _graph_of(doc), doc
     except SpecError as e:
         raise SpecError(f"{path}: {e}") from None
+
+
+#: The most elements one operand of a spec file may have (64 MiB of float32); generated graphs
+#: stay below 2,048.
+MAX_SPEC_ELEMENTS = 1 << 24
+#: A dimension is a HAL uint32; no operation has a rank near 16.
+_MAX_DIM = (1 << 32) - 1
+_MAX_RANK = 16
+_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def _graph_of(doc: Any) -> Graph:
@@ -603,59 +613,38 @@ def _graph_of(doc: Any) -> Graph:
             raise SpecError(what)
 
     need(isinstance(doc, dict), "the top level must be an object")
-    need(doc.get("format") == SPEC_FORMAT, f"format must be {SPEC_FORMAT!r}, got {doc.get('format')!r}")
+    need(doc.get("format") == SPEC_FORMAT, f"format must be {SPEC_FORMAT!r}, got {doc.get('format')!r:.60}")
     for key in ("cell", "operands", "operations", "outputs", "expected"):
         need(key in doc, f"missing field {key!r}")
+    need(isinstance(doc["cell"], str), "cell must be a string")
     try:
-        cell = Cell.parse(doc["cell"]) if isinstance(doc["cell"], str) else None
+        cell = Cell.parse(doc["cell"])
     except ValueError as e:
         raise SpecError(str(e)) from None
-    need(cell is not None, "cell must be a string")
+    verdict = doc.get("verdict")
+    need(verdict is None or (isinstance(verdict, dict) and isinstance(verdict.get("summary", ""), str)),
+         "verdict must be an object whose summary is a string")
     nodes = []
     need(isinstance(doc["operands"], list) and doc["operands"], "operands must be a non-empty list")
     for i, item in enumerate(doc["operands"]):
-        where = f"operands[{i}]"
-        need(isinstance(item, dict), f"{where} must be an object")
-        t = _member(T, item.get("type"), f"{where}.type", "an operand type")
-        dims = item.get("dims", [])
-        need(isinstance(dims, list) and all(isinstance(d, int) and d >= 0 for d in dims),
-             f"{where}.dims must be a list of non-negative integers")
-        role = item.get("role")
-        need(role in ("input", "const", "internal", "omitted"),
-             f"{where}.role must be input, const, internal or omitted, got {role!r}")
-        cq = item.get("channel_quant")
-        channel = None
-        if cq is not None:
-            try:
-                channel = SymmPerChannelQuantParams(tuple(float(x) for x in cq["scales"]),
-                                                    int(cq["channel_dim"]))
-            except (KeyError, TypeError, ValueError):
-                raise SpecError(f"{where}.channel_quant needs scales and channel_dim") from None
-        try:
-            operand = Operand(t, tuple(dims), float(item.get("scale", 0.0)), int(item.get("zero_point", 0)),
-                              channel_quant=channel)
-        except (TypeError, ValueError):
-            raise SpecError(f"{where}: scale and zero_point must be numbers") from None
-        value = None
-        if role in ("input", "const"):
-            need("value" in item, f"{where} ({role}) has no value")
-            value = _array(item["value"], operand, where)
-        nodes.append(Node(operand, role, value))
+        nodes.append(_node(item, f"operands[{i}]"))
     n = len(nodes)
+
+    def indexes(value: Any) -> bool:
+        return isinstance(value, list) and all(type(i) is int and 0 <= i < n for i in value)
+
     ops = []
     need(isinstance(doc["operations"], list) and doc["operations"], "operations must be a non-empty list")
     for k, item in enumerate(doc["operations"]):
         where = f"operations[{k}]"
         need(isinstance(item, dict), f"{where} must be an object")
         op_type = _member(OperationType, item.get("type"), f"{where}.type", "an operation type")
+        need(get(op_type) is not None, f"{where}.type: {op_type.name} is not in the operation catalogue")
         for key in ("inputs", "outputs"):
-            idx = item.get(key)
-            need(isinstance(idx, list) and all(isinstance(i, int) and 0 <= i < n for i in idx),
-                 f"{where}.{key} must list operand indexes below {n}")
+            need(indexes(item.get(key)), f"{where}.{key} must list operand indexes below {n}")
         ops.append(Op(op_type, list(item["inputs"]), list(item["outputs"])))
     outputs = doc["outputs"]
-    need(isinstance(outputs, list) and outputs and all(isinstance(i, int) and 0 <= i < n for i in outputs),
-         f"outputs must list operand indexes below {n}")
+    need(outputs and indexes(outputs), f"outputs must list operand indexes below {n}")
     expected = doc["expected"]
     need(isinstance(expected, list) and len(expected) == len(outputs),
          f"expected must hold one array per output ({len(outputs)})")
@@ -664,6 +653,44 @@ def _graph_of(doc: Any) -> Graph:
     g = Graph(cell, nodes, ops, list(outputs))
     g.version = _graph_version(g)
     return g
+
+
+def _node(item: Any, where: str) -> Node:
+    """One operand of a spec file, every field checked."""
+    if not isinstance(item, dict):
+        raise SpecError(f"{where} must be an object")
+    t = _member(T, item.get("type"), f"{where}.type", "an operand type")
+    role = item.get("role")
+    if role not in ("input", "const", "internal", "omitted"):
+        raise SpecError(f"{where}.role must be input, const, internal or omitted, got {role!r:.60}")
+    dims = item.get("dims", [])
+    if not isinstance(dims, list) or len(dims) > _MAX_RANK:
+        raise SpecError(f"{where}.dims must be a list of at most {_MAX_RANK} dimensions")
+    for d in dims:
+        integer(d, f"{where}.dims", SpecError, 1, _MAX_DIM)
+    if (t.is_scalar or role == "omitted") != (not dims):
+        raise SpecError(f"{where}.dims: a tensor's dimensions must all be given, and a scalar or "
+                        f"omitted operand has none")
+    if math.prod(dims) > MAX_SPEC_ELEMENTS:
+        raise SpecError(f"{where}.dims {dims} make {math.prod(dims):,} elements, more than a spec "
+                        f"file may hold ({MAX_SPEC_ELEMENTS:,})")
+    scale = number(item.get("scale", 0.0), f"{where}.scale", SpecError)
+    zero_point = integer(item.get("zero_point", 0), f"{where}.zero_point", SpecError, *_INT32)
+    channel = None
+    cq = item.get("channel_quant")
+    if cq is not None:
+        if not isinstance(cq, dict) or not isinstance(cq.get("scales"), list):
+            raise SpecError(f"{where}.channel_quant needs scales and channel_dim")
+        channel = SymmPerChannelQuantParams(
+            tuple(number(s, f"{where}.channel_quant.scales", SpecError) for s in cq["scales"]),
+            integer(cq.get("channel_dim"), f"{where}.channel_quant.channel_dim", SpecError, 0, _MAX_RANK - 1))
+    operand = Operand(t, tuple(dims), scale, zero_point, channel_quant=channel)
+    value = None
+    if role in ("input", "const"):
+        if "value" not in item:
+            raise SpecError(f"{where} ({role}) has no value")
+        value = _array(item["value"], operand, where)
+    return Node(operand, role, value)
 
 
 def _member(enum: Any, name: Any, where: str, what: str) -> Any:
@@ -675,6 +702,10 @@ def _member(enum: Any, name: Any, where: str, what: str) -> Any:
 
 def _array(value: Any, operand: Operand, where: str) -> np.ndarray:
     try:
+        # Numbers and booleans only: numpy would parse strings ("nan") and take None as NaN.
+        kind = np.asarray(value).dtype.kind
+        if kind not in "biuf":
+            raise TypeError("its elements must be numbers (or booleans) in nested lists of one shape")
         arr = np.asarray(value, dtype=dtype_of(operand.type))
     except (TypeError, ValueError, OverflowError) as e:
         raise SpecError(f"{where}: not an array of {operand.type.name}: {e}") from None
