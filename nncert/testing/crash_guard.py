@@ -23,6 +23,7 @@ supervises its suites itself and turns it off in them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -95,7 +96,7 @@ class Guard:
     def command(self) -> list[str]:
         extra = [f"--nncert-journal={self.path}", f"--nncert-suite={self.suite}", "--crash-guard=off"]
         if len(self.crashes) >= ISOLATE_AFTER:
-            extra.append("--isolate")
+            extra += ["--isolate", f"--isolate-timeout={self.limit:g}"]
         return [sys.executable, "-m", "pytest", *self.args, *extra]
 
     def run(self) -> int:
@@ -136,6 +137,9 @@ class Guard:
         while True:
             try:
                 code = proc.wait(timeout=_POLL_S)
+                if code < 0:  # what it forked (an --isolate'd test) must not outlive it
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
                 return code, False
             except subprocess.TimeoutExpired:
                 pass
@@ -145,7 +149,8 @@ class Guard:
                 elif record["event"] == "outcome" and current and current[0] == record["id"]:
                     current = None
             if current and time.monotonic() - current[1] > self.limit:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # with the forked children of --isolate
                 proc.wait()
                 return proc.returncode, True
 
