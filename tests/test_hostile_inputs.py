@@ -412,6 +412,25 @@ def test_journal_attacks(tmp_path, attack):
     assert_error(e.value, f"{path}: line 1")
 
 
+RUN_TYPES = {
+    "driver-type": b'{"driver": 1, "plan": "smoke", "plan_sha256": "", "suites": []}',
+    "jobs-type": b'{"driver": "x", "plan": "smoke", "plan_sha256": "", "suites": [], "jobs": "2"}',
+    "suites-type": b'{"driver": "x", "plan": "smoke", "plan_sha256": "", "suites": [1]}',
+    "unknown-key": b'{"driver": "x", "plan": "smoke", "plan_sha256": "", "suites": [], "evil": 1}',
+    "missing-key": b'{"driver": "x"}',
+    "not-object": b'["driver"]',
+}
+
+
+@pytest.mark.parametrize("attack", [*JSON_ATTACKS, *RUN_TYPES])
+def test_run_settings_attacks_from_resume(tmp_path, attack):
+    """A run directory handed over for --resume (or verify) with a crafted run.json."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_bytes({**JSON_ATTACKS, **RUN_TYPES}[attack])
+    assert_one_line(nncert("certify", "--resume", str(run)), "run.json")
+
+
 # -- driver specs -----------------------------------------------------------------------------------
 
 @pytest.fixture()

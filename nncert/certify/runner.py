@@ -22,11 +22,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
 
-from nncert import __version__, files
+from nncert import __version__, datafiles, files
 from nncert.certify import journal
 from nncert.certify.plan import Plan, Suite, suite_files
 from nncert.resources import SUITE_DIRS, SUITES_INI, suites_root
@@ -66,13 +66,28 @@ class RunSettings:
     @classmethod
     def load(cls, out: Path) -> RunSettings:
         path = out / RUN_FILE
-        try:
-            data = json.loads(path.read_text())
-            return cls(**data)
-        except FileNotFoundError:
-            raise CertifyError(f"{out} holds no certification run ({RUN_FILE} is missing)") from None
-        except (OSError, ValueError, TypeError) as e:
-            raise CertifyError(f"{path}: not a certification run's settings: {e}") from None
+        if not path.exists():
+            raise CertifyError(f"{out} holds no certification run ({RUN_FILE} is missing)")
+        data = datafiles.read_json(path, CertifyError)
+        if not isinstance(data, dict):
+            raise CertifyError(f"{path}: not a certification run's settings (not a JSON object)")
+        kinds = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(data) - set(kinds))
+        if unknown:
+            raise CertifyError(f"{path}: not a certification run's settings (unknown key {unknown[0]!r})")
+        for key, kind in kinds.items():
+            if key not in data:
+                if key in ("driver", "plan", "plan_sha256", "suites"):
+                    raise CertifyError(f"{path}: not a certification run's settings (no {key!r})")
+                continue
+            value = data[key]
+            if kind == "int":
+                datafiles.integer(value, f"{path}: {key}", CertifyError, lo=1, hi=1024)
+            elif kind == "str":
+                datafiles.string(value, f"{path}: {key}", CertifyError)
+            elif not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise CertifyError(f"{path}: {key} must be a list of strings")
+        return cls(**data)
 
 
 def pytest_arguments(args: list[str]) -> list[str]:
