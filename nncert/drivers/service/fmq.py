@@ -16,6 +16,13 @@ barriers here, so the consumer never sees a half-written message) and signals th
 the consumer copies it out, publishes the new head and signals the ``space`` eventfd. A
 waiting side also watches "abort" descriptors (the peer's death, the queue's release), so it
 never blocks past the death of the other end (BURST-4), and gives up at its deadline.
+
+The peer writes the same memory, so nothing read from it is trusted: the memfd is sealed
+against shrinking (``Memory.create``; a received one is refused without the seal), so it
+cannot vanish under the mapping (SIGBUS); every access is modulo the capacity read once at
+creation; and indexes that no working peer publishes (more bytes published than the ring
+holds, fewer than the producer ever publishes, a head past the tail) are a
+``CorruptMessageError``, not a wait that never ends.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from nncert.hal.memory import Memory
 DATA_OFFSET = 64
 LAYOUT_VERSION = 1
 _LEN = struct.Struct("<I")
+#: Indexes are unsigned 64-bit counters: a tail this far is no working producer's.
+_INDEX_END = 1 << 64
 
 
 class QueueAborted(Exception):  # noqa: N818 - an event, not a bug
@@ -46,8 +55,9 @@ class QueueTimeout(Exception):  # noqa: N818 - an event, not a bug
 
 
 class CorruptMessageError(ValueError):
-    """A message header claims more bytes than the queue holds (a malformed or oversized
-    write by the peer). Everything queued was discarded, so the queue is usable again."""
+    """A message header claims more bytes than the queue holds, or the indexes say what no
+    working peer publishes (a malformed write by the peer). On the consumer's side
+    everything queued was discarded, so the queue is usable again."""
 
 
 class MessageQueue:
@@ -91,10 +101,12 @@ class MessageQueue:
         if not self.fits(payload):
             raise ValueError(f"message of {len(payload)} bytes exceeds the queue ({self.capacity} bytes)")
         while True:
-            head, tail = self._index[0], self._index[1]
+            head, tail = self._indexes()
             if self.capacity - (tail - head) >= need:
                 break
             self._wait(self.space_fd, deadline, abort)
+        if tail + need >= _INDEX_END:
+            raise CorruptMessageError(f"corrupt queue: tail {tail} at the end of the index range")
         self._copy_in(tail, _LEN.pack(len(payload)))
         self._copy_in(tail + _LEN.size, payload)
         self._index[1] = tail + need  # publish
@@ -119,7 +131,7 @@ class MessageQueue:
         start = time.monotonic()
         spin_until = start + spin if spin and self._latency < spin and idle_core(start) else 0.0
         while True:
-            head, tail = self._index[0], self._index[1]
+            head, tail = self._indexes(consumer=True)
             if tail - head >= _LEN.size:
                 break
             if spin_until and time.monotonic() < spin_until:
@@ -136,6 +148,20 @@ class MessageQueue:
         self._index[0] = head + _LEN.size + length  # release the space
         os.eventfd_write(self.space_fd, 1)
         return payload
+
+    def _indexes(self, consumer: bool = False) -> tuple[int, int]:
+        """(head, tail), if a working pair of ends could have published them: 0 or at least
+        a length's bytes published (the producer publishes whole messages), at most the
+        capacity. Otherwise CorruptMessageError; the consumer first drops what is published,
+        as for a corrupt length, so that its side of the ring is consistent again."""
+        head, tail = self._index[0], self._index[1]
+        used = tail - head
+        if used == 0 or _LEN.size <= used <= self.capacity:
+            return head, tail
+        if consumer:
+            self._index[0] = tail
+            os.eventfd_write(self.space_fd, 1)
+        raise CorruptMessageError(f"corrupt queue: head {head}, tail {tail}, capacity {self.capacity}")
 
     def _copy_out(self, position: int, n: int) -> bytes:
         start = position % self.capacity

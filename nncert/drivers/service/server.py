@@ -435,7 +435,11 @@ class Session(BufferOps):
         queues: list[MessageQueue] = []
         try:
             for _ in range(2):
-                memory = Memory.adopt("ashmem", fdr.take(), size)
+                try:  # unsealed (HalError INVALID_ARGUMENT), or shorter than its size
+                    memory = Memory.adopt("ashmem", fdr.take(), size)
+                except (OSError, ValueError, OverflowError) as e:
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot map a burst ring of {size} bytes: "
+                                                                 f"{e}") from None
                 data_fd, space_fd = fdr.take(), fdr.take()
                 try:
                     queues.append(MessageQueue(memory, data_fd, space_fd))

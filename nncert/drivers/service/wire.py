@@ -199,9 +199,10 @@ class FdReader:
 # -- memories ------------------------------------------------------------------------------
 
 def encode_pool(pool: Memory | int, fds: list[int]) -> dict:
-    """A pool's description; a shared-memory pool adds its descriptor to ``fds``."""
+    """A pool's description; a shared-memory pool adds its descriptor to ``fds`` (only one
+    sealed against shrinking: ``Memory.shared_fd``)."""
     if isinstance(pool, Memory):
-        fds.append(pool.fd)
+        fds.append(pool.shared_fd())
         return {"kind": pool.kind, "size": pool.size, "offset": pool.offset}
     return {"token": int(pool)}
 
@@ -221,7 +222,8 @@ def decode_pool(desc: Any, fdr: FdReader) -> Memory | int:
     try:
         return Memory.adopt(kind, fdr.take(), size, offset)
     except (OSError, ValueError, OverflowError) as e:
-        # MEM-3: a pool the driver cannot map fails the call with GENERAL_FAILURE.
+        # MEM-3: a pool the driver cannot map fails the call with GENERAL_FAILURE. (One not
+        # sealed against shrinking is refused as the sender's fault: adopt's INVALID_ARGUMENT.)
         raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot map {kind} pool of {size} bytes: {e}") from None
 
 
