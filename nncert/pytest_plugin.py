@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from _pytest.runner import runtestprotocol
 
+from nncert import files
 from nncert.certify import journal
 from nncert.certify.journal import JournalError
 from nncert.drivers import DriverSpecError, load_driver
@@ -494,12 +496,13 @@ class OutcomeRecorder:
             version = self.config.stash[_DRIVER].version_string()
         except Exception as e:  # any failure of the driver, reported as such
             version = f"unavailable ({classify_exception(e)})"
-        Path(path).write_text(json.dumps({
-            "driver": self.config.getoption("driver"),
-            "version_string": version,
-            "tests": self.tests,
-            "requirements": by_req,
-        }, indent=1, sort_keys=True, default=str))
+        text = json.dumps({"driver": self.config.getoption("driver"), "version_string": version,
+                           "tests": self.tests, "requirements": by_req}, indent=1, sort_keys=True, default=str)
+        try:
+            files.write_atomic(path, text)
+        except OSError as e:  # a planted link is replaced, but the directory may be unwritable
+            sys.stderr.write(f"nncert: error: --nncert-report {path}: cannot write it: {e.strerror or e}\n")
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _collected_entry(item: pytest.Item) -> dict[str, object]:

@@ -24,6 +24,7 @@ import numpy as np
 from nncert.drivers import load_driver
 from nncert.drivers.base import Driver, PreparedModel
 from nncert.drivers.caching import read_file, write_file
+from nncert import files
 from nncert.files import open_private
 from nncert.fuzz import Finding
 from nncert.fuzz import decode as dec
@@ -84,13 +85,12 @@ def write_corpus(target: str, directory: str | os.PathLike) -> int:
     """Write ``target``'s seeds into ``directory``, one file per seed named by the sha1 of its
     content (libFuzzer's own naming); returns how many files are new. Regenerate with
     ``nncert fuzz corpus`` whenever the catalogue changes."""
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
+    path = files.own_dir(directory)
     new = 0
     for seed in TARGETS[target].seeds():
         f = path / hashlib.sha1(seed).hexdigest()
         if not f.exists():
-            f.write_bytes(seed)
+            files.write_atomic(f, seed, sync=False)
             new += 1
     return new
 
