@@ -4,7 +4,9 @@ Every suite proves its teeth against one of these (tests/test_mutants.py): run a
 mutant, the suite must fail, in a test that names the requirement the fault breaks.
 Select one with ``--driver mutant:NAME``. The process-fault mutants (crash, hang,
 burst_death, silent_fence) kill or block their process: run them isolated, as
-``service:mutant:crash,op=ADD`` or with ``--isolate``.
+``service:mutant:crash,op=ADD`` or with ``--isolate``. The hostile mutants (truncates_pools,
+grows_pools, corrupts_ring: hostile.py) attack the shared memory of the process they are
+hosted for: run them as ``service:mutant:NAME``.
 """
 
 from __future__ import annotations
@@ -341,6 +343,7 @@ class MutantInfo:
 
 
 from nncert.drivers.mutants.caching import HashesFile, TrustsCache  # noqa: E402
+from nncert.drivers.mutants.hostile import CorruptsRing, GrowsPools, TruncatesPools  # noqa: E402
 from nncert.drivers.mutants.memory import IgnoresRoles  # noqa: E402
 from nncert.drivers.mutants.timing import EndlessWhile, IgnoresDeadlines  # noqa: E402
 
@@ -363,6 +366,11 @@ MUTANTS: dict[str, MutantInfo] = {
         MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
         MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
         MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
+        # Attacks on the harness's shared memory: hosted, they would kill the harness (SIGBUS)
+        # were its memory not sealed; sealed, the attack fails, or the service is a CRASH.
+        MutantInfo(TruncatesPools, "MLTS-2", "CRASH"),
+        MutantInfo(GrowsPools, "MLTS-2", "CRASH"),
+        MutantInfo(CorruptsRing, "BURST-3", "CRASH"),
     )
 }
 
