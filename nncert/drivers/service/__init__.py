@@ -13,6 +13,17 @@
 
 ``service:@PATH`` attaches to a service already listening on PATH (another client's, e.g.
 the MLTS stress clients share one service); ``ServiceDriver.attach_spec`` names it.
+
+Nothing the other end says is taken on trust (docs/service-protocol.md, docs/security.md):
+- every socket's peer is checked with the kernel (SO_PEERCRED) before anything is sent: it
+  must run as this user, and be the one service process (the spawned child's pid, or for
+  ``service:@PATH`` the process that listens there); an attach path whose directory or
+  socket another user owns or may write into is refused before connecting;
+- the service's process is known from the kernel and pinned by a pidfd at connect time, and
+  only ever signalled through it, so a hang kills that process and nothing else, whatever
+  pid the service names;
+- every reply is checked field by field: a malformed one is the service's CRASH
+  (``Connection.broken``), never an exception of the harness's own.
 """
 
 from __future__ import annotations
@@ -21,15 +32,17 @@ import collections
 import itertools
 import json
 import os
+import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from nncert.drivers import DriverSpecError
@@ -49,6 +62,7 @@ from nncert.drivers.service import buffers, wire
 from nncert.drivers.service.buffers import RemoteBuffer
 from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
 from nncert.drivers.service.spin import poll_readable
+from nncert.files import UnsafePathError, check_dir
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import BufferDesc, BufferRole, Capabilities, Model, OutputShape, Request, Timing
@@ -66,6 +80,82 @@ DEADLINE_GRACE_S = 1.0
 STDERR_TAIL = 2000
 
 
+class UntrustedPeer(Exception):  # noqa: N818 - a refusal, named as such
+    """A socket whose other end is not the service this client may talk to (another user's
+    process, or not the service's process): refused before anything is sent on it."""
+
+
+def check_attach_path(path: str) -> None:
+    """Refuse (``DriverSpecError``, one line) an attach path another user could have put
+    there or could replace: its directory must be a real directory of this user's that no
+    one else may write into (``nncert.files.check_dir``), and the path a socket of this
+    user's that no one else may write to."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise DriverSpecError(f"no driver service at {path}: {e.strerror}") from None
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symlink"
+    elif not stat.S_ISSOCK(st.st_mode):
+        why = "it is not a socket"
+    elif st.st_uid != os.geteuid():
+        why = f"the socket is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"the socket is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    if why is None:
+        try:
+            check_dir(os.path.dirname(os.path.abspath(path)), private=True)
+        except UnsafePathError as e:
+            why = str(e)
+    if why is not None:
+        raise DriverSpecError(f"refusing to attach to the driver service at {path}: {why}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A service's text for a one-line message: its first line, cut short."""
+    line = text.strip().partition("\n")[0]
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _integer(v: Any, what: str) -> int:
+    return wire.integer(v, what)
+
+
+_RESULT: dict[str, Callable[[Any, str], Any] | None] = {
+    "shapes": lambda v, _: wire.decode_shapes(v), "timing": lambda v, _: wire.decode_timing(v)}
+
+#: What a successful reply of each call must carry, and how each field is decoded: ``call``
+#: replaces the fields with their decoded values; a field missing or malformed makes the
+#: service broken (CRASH). Calls not listed (ping, stats, buffer copies, releases) need
+#: nothing but their status.
+REPLIES: dict[str, dict[str, Callable[[Any, str], Any] | None]] = {
+    "hello": {"pid": _integer, "client": _integer, "key": wire.string, "driver": wire.string,
+              "feature_level": lambda v, _: wire.enum_strict(Version, v),
+              "device_type": lambda v, _: wire.enum_strict(DeviceType, v)},
+    "capabilities": {"value": lambda v, _: wire.decode_capabilities(v)},
+    "version_string": {"value": wire.string},
+    "type": {"value": lambda v, _: wire.enum_or_int(DeviceType, v)},
+    "supported_extensions": {"value": lambda v, what: wire.list_of(v, wire.string, what)},
+    "number_of_cache_files_needed": {"value": lambda v, what: wire.list_of(v, _integer, what, 2)},
+    "supported_operations": {"value": lambda v, what: wire.list_of(v, wire.boolean, what)},
+    "prepare_model": {"handle": _integer},
+    "prepare_model_from_cache": {"handle": _integer},
+    "execute": _RESULT,
+    "execute_fenced": {"callback": _integer, "fence": wire.boolean},
+    "fenced_info": {"info": lambda v, _: _decode_info(v), "message": None},
+    "burst_configure": {"handle": _integer},
+    "burst execution": _RESULT,  # a result read from the burst's result ring
+    "allocate": {"handle": _integer, "token": _integer},
+}
+
+
+def _decode_info(v: Any) -> tuple[ErrorStatus, Timing, Timing]:
+    if not (isinstance(v, list) and len(v) == 3):
+        raise wire.ProtocolError(f"fenced execution info {v!r:.80} is not [status, timing, timing]")
+    return wire.decode_status(v[0]), wire.decode_timing(v[1]), wire.decode_timing(v[2])
+
+
 class Connection:
     """This process's client of a service: one socket per call in flight, and the service's
     fate (alive, crashed, hung) shared by every proxy made through it.
@@ -73,13 +163,18 @@ class Connection:
     A call takes an idle socket (or opens one more, which joins this client with ``hello``),
     sends, and reads its reply from that socket itself: one call per socket, so replies need
     no matching and no thread hands them over; concurrent calls from several threads run
-    on several sockets, and so at once in the service (DRV-4)."""
+    on several sockets, and so at once in the service (DRV-4).
+
+    The service's process is the kernel's answer, never the service's: the spawned child,
+    or the process listening on the socket (SO_PEERCRED), pinned by a pidfd (``death_fd``)
+    through which alone it is ever signalled. ``open`` checks every socket's peer before
+    anything is sent on it."""
 
     #: Seconds a reply is polled for before sleeping (spin.py).
     POLL_S = 0.0005
 
-    def __init__(self, address: str, sock: socket.socket, process: subprocess.Popen | None,
-                 stderr_path: str | None, label: str, timeout: float | None = None) -> None:
+    def __init__(self, address: str, process: subprocess.Popen | None, stderr_path: str | None,
+                 label: str, timeout: float | None = None) -> None:
         self.address = address
         self.timeout = timeout
         self.process = process
@@ -88,32 +183,66 @@ class Connection:
         self.owner_pid = os.getpid()
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
-        self.idle: list[socket.socket] = [sock]
-        self.sockets: list[socket.socket] = [sock]
+        self.idle: list[socket.socket] = []
+        self.sockets: list[socket.socket] = []
         self.client: tuple[int, str] | None = None
         self.releases: collections.deque[int] = collections.deque()
         self.fault: DriverFault | None = None
+        #: The service's pid, from the kernel (the spawned child's, or SO_PEERCRED's).
         self.service_pid: int | None = None
-        #: Readable once the service process has ended: burst waiters watch it (BURST-4).
+        #: A pidfd of the service's process: what a hang signals, and readable once the
+        #: process has ended (burst waiters watch it, BURST-4).
         self.death_fd: int | None = None
         if process is not None:
-            self.watch(process.pid)
+            # Our own child, not yet reaped: its pid cannot have been reused.
+            self.service_pid = process.pid
+            try:
+                self.death_fd = os.pidfd_open(process.pid)
+            except OSError:
+                self.death_fd = None  # kill() falls back to Popen.kill, as safe for a child
+
+    def open(self) -> socket.socket:
+        """A new socket to the service, its peer checked (``UntrustedPeer`` otherwise) before
+        anything is sent: a process of this user's, and the service's process (the first
+        socket of an attached client learns which that is, and pins it with a pidfd)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.address)
+            pid, uid, _ = wire.peer_credentials(sock)
+            if uid != os.geteuid():
+                raise UntrustedPeer(f"the process listening at {self.address} (pid {pid}) runs as uid {uid}, "
+                                    f"not as this user (uid {os.geteuid()}): nothing is sent to it")
+            if pid <= 0:
+                raise UntrustedPeer(f"the process listening at {self.address} is in a pid namespace this "
+                                    f"process cannot see: it could not be stopped on a hang")
+            if self.service_pid is not None and pid != self.service_pid:
+                raise UntrustedPeer(f"the process listening at {self.address} is pid {pid}, not the driver "
+                                    f"service (pid {self.service_pid})")
+            if self.death_fd is None:
+                try:
+                    self.death_fd = wire.peer_pidfd(sock, pid)
+                except OSError as e:
+                    raise UntrustedPeer(f"the process listening at {self.address} (pid {pid}) cannot be "
+                                        f"pinned with a pidfd ({e.strerror or e}): it could not be stopped "
+                                        f"safely on a hang") from None
+                self.service_pid = pid
+        except BaseException:
+            sock.close()
+            raise
+        with self.lock:
+            self.sockets.append(sock)
+            if self.fault is not None:  # failed meanwhile: _fail shut the others down
+                sock.shutdown(socket.SHUT_RDWR)
+        return sock
 
     def hello(self) -> dict:
         """Become a client of the service (the first call of the first socket)."""
         reply, _, _ = self.call("hello", {"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid()})
-        self.client = (int(reply["client"]), str(reply["key"]))
-        self.watch(int(reply["pid"]))
+        if reply["pid"] != self.service_pid:
+            self.broken(f"hello: the service says its pid is {reply['pid']}, but the process serving "
+                        f"{self.address} is pid {self.service_pid}")
+        self.client = (reply["client"], reply["key"])
         return reply
-
-    def watch(self, pid: int) -> None:
-        """Know the service's process: its pid (to kill it on a hang) and a pidfd (its end)."""
-        self.service_pid = pid
-        if self.death_fd is None:
-            try:
-                self.death_fd = os.pidfd_open(pid)
-            except OSError:
-                self.death_fd = None
 
     def _take_socket(self) -> socket.socket:
         with self.lock:
@@ -121,27 +250,26 @@ class Connection:
                 return self.idle.pop()
         if self.client is None:
             raise AssertionError("a second socket before hello")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(self.address)
+            sock = self.open()
+        except UntrustedPeer as e:
+            self.broken(str(e))
         except OSError:
-            sock.close()
             self.died("connect")
             raise self.error() from None
-        with self.lock:
-            self.sockets.append(sock)
         number, key = self.client
         reply, _, fds = self._exchange(sock, "join", {"op": "hello", "protocol": wire.PROTOCOL_VERSION,
                                                       "join": number, "key": key}, b"", (), self.limit(None))
+        self._check_reply("hello (join)", reply, fds)
         wire.close_fds(fds)
-        raise_for_status(reply)
         return sock
 
     # -- calls --
     def call(self, op: str, body: dict | None = None, blob: bytes = b"", fds: Sequence[int] = (),
              deadline: Deadline = None, keep_fds: bool = False) -> tuple[dict, bytes, list[int]]:
         """Send one call and wait for its reply; raises HalError for an error status and
-        DriverFault when the service dies or misses the call's deadline. Descriptors in the
+        DriverFault when the service dies, misses the call's deadline or answers something
+        malformed. The fields ``REPLIES`` lists for ``op`` come decoded. Descriptors in the
         reply are closed unless ``keep_fds`` (then they are the caller's)."""
         self.check()
         message = {"op": op, **(body or {})}
@@ -151,11 +279,36 @@ class Connection:
         reply, reply_blob, reply_fds = self._exchange(sock, op, message, blob, fds, self.limit(deadline))
         with self.lock:
             self.idle.append(sock)
-        raise_for_status(reply, reply_fds)
+        self._check_reply(op, reply, reply_fds)
         if not keep_fds:
             wire.close_fds(reply_fds)
             reply_fds = []
         return reply, reply_blob, reply_fds
+
+    def _check_reply(self, op: str, reply: dict, fds: Sequence[int] = ()) -> None:
+        """Raise the HalError an error reply carries; decode the fields ``REPLIES`` lists
+        for ``op`` in place. Anything malformed (a status that is not a status code, a
+        missing or mistyped field) breaks the service (CRASH): no working service says it."""
+        error = None
+        try:
+            status = wire.decode_status(reply["status"])
+            if status is not ErrorStatus.NONE:
+                message = wire.string(reply.get("message", ""), "message")
+                error = HalError(status, message, wire.decode_shapes(reply.get("shapes", [])))
+            else:
+                for field, decode in REPLIES.get(op, {}).items():
+                    if decode is None:  # optional, a string
+                        reply[field] = wire.string(reply.get(field, ""), field)
+                    else:
+                        reply[field] = decode(reply[field], field)
+        except (wire.ProtocolError, KeyError, TypeError, ValueError, IndexError, AttributeError,
+                OverflowError) as e:
+            wire.close_fds(fds)
+            what = f"no {e} field" if isinstance(e, KeyError) else str(e)
+            self.broken(f"{op}: malformed reply from the service: {what}")
+        if error is not None:
+            wire.close_fds(fds)
+            raise error
 
     def _exchange(self, sock: socket.socket, op: str, message: dict, blob: bytes, fds: Sequence[int],
                   limit: float) -> tuple[dict, bytes, list[int]]:
@@ -163,13 +316,16 @@ class Connection:
         call_id = next(self.ids)
         try:
             sock.settimeout(limit)
+            deadline = time.monotonic() + limit
             wire.send_message(sock, call_id, message, blob, fds)
             poll_readable(sock.fileno(), self.POLL_S)
-            got = wire.recv_message(sock)
+            got = wire.recv_message(sock, deadline=deadline, max_blob=0)  # replies carry no binary part
         except TimeoutError:
             self.hang(op, limit)
-        except (OSError, wire.ProtocolError):
+        except (OSError, wire.TruncatedMessage):  # the service went away
             got = None
+        except wire.ProtocolError as e:  # it is there, and speaks garbage
+            self.broken(f"{op}: unreadable reply from the service: {e}")
         if got is None:
             self.died(op)
             raise self.error()
@@ -211,29 +367,36 @@ class Connection:
         fault = self.fault or DriverFault("CRASH", "the driver service is gone")
         return DriverFault(fault.outcome, f"{self.label} is unavailable: {fault.reason}", fault.detail)
 
-    def hang(self, op: str, seconds: float) -> None:
+    def hang(self, op: str, seconds: float) -> NoReturn:
         """The service missed a deadline: kill it, fail everything pending, raise HANG."""
         self._fail(DriverFault("HANG", f"{op} gave no answer within {seconds:.1f} s; the driver service "
                                        f"was killed", self.stderr_tail()))
         self.kill()
-        self.check()
+        raise self.error()
 
     def broken(self, reason: str) -> NoReturn:
-        """The service said something no working service says (a reply to another call, an
-        unreadable burst result): it is dead to us (CRASH), and killed so that it cannot
-        answer anyone else wrongly."""
-        self._fail(DriverFault("CRASH", reason, self.stderr_tail()))
+        """The service said something no working service says (a reply to another call, a
+        malformed reply or burst result, a pid that is not its own): it is dead to us
+        (CRASH), and killed so that it cannot answer anyone else wrongly."""
+        self._fail(DriverFault("CRASH", _one_line(reason), self.stderr_tail()))
         self.kill()
         raise self.error()
 
     def kill(self) -> None:
-        pid = self.service_pid
-        if pid is None:
-            return
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGKILL the service's process, through its pidfd only: never a pid, which may
+        have been recycled, and never a process the service merely named."""
+        with self.lock:
+            fd = self.death_fd
+            if fd is not None:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except OSError:  # ended already (ESRCH), or not ours to signal
+                    pass
+        if fd is None and self.process is not None:
+            try:
+                self.process.kill()  # Popen: never signals a child it has reaped
+            except OSError:
+                pass
         if self.process is not None:
             try:
                 self.process.wait(5)
@@ -279,27 +442,21 @@ class Connection:
             return ""
 
     def close(self) -> None:
+        """End this client: its sockets closed; a spawned service, which exits when its
+        owner goes, is waited for (2 s) and killed if it does not."""
         if self.fault is None:
             self._fail(DriverFault("CRASH", "the connection was closed by the client"))
         for sock in self.sockets:
             sock.close()
-        if self.death_fd is not None:
-            os.close(self.death_fd)
-            self.death_fd = None
-
-
-def raise_for_status(reply: dict, fds: Sequence[int] = ()) -> None:
-    """Raise the HalError an error reply carries (closing descriptors that came with it)."""
-    status = reply.get("status", ErrorStatus.GENERAL_FAILURE)
-    if status == ErrorStatus.NONE:
-        return
-    wire.close_fds(fds)
-    message = str(reply.get("message", ""))
-    try:
-        status = ErrorStatus(status)
-    except ValueError:
-        status, message = ErrorStatus.GENERAL_FAILURE, f"unknown status {status!r}: {message}"
-    raise HalError(status, message, wire.decode_shapes(reply.get("shapes")))
+        if self.process is not None:
+            try:
+                self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with self.lock:
+            fd, self.death_fd = self.death_fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _deadline_body(deadline: Deadline, loop_timeout: int | None) -> dict:
@@ -319,7 +476,7 @@ class RemotePreparedModel(PreparedModel):
         body = {"handle": self.handle, "mode": mode, "request": wire.encode_request(request, fds),
                 "measure": int(measure), **_deadline_body(deadline, loop_timeout)}
         reply, _, _ = self.conn.call("execute", body, fds=fds, deadline=deadline)
-        return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
+        return reply["shapes"], reply["timing"]  # decoded and checked (REPLIES)
 
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: Deadline = None,
@@ -353,9 +510,12 @@ class RemotePreparedModel(PreparedModel):
         fds.extend(f.fd for f in wait_for)
         reply, _, reply_fds = self.conn.call("execute_fenced", body, fds=fds, deadline=deadline,
                                              keep_fds=True)
-        fence = SyncFence.adopt(reply_fds.pop(0)) if reply.get("fence") and reply_fds else None
+        if reply["fence"] and not reply_fds:
+            self.conn.broken("execute_fenced: malformed reply from the service: it announces a fence "
+                             "but sent no descriptor")
+        fence = SyncFence.adopt(reply_fds.pop(0)) if reply["fence"] else None
         wire.close_fds(reply_fds)
-        return fence, RemoteFencedCallback(self.conn, int(reply["callback"]))
+        return fence, RemoteFencedCallback(self.conn, reply["callback"])
 
     def configure_execution_burst(self) -> RemoteBurst:
         return RemoteBurst(self)
@@ -376,13 +536,16 @@ class RemoteFencedCallback(FencedExecutionCallback):
         self.handle = handle
 
     def get_execution_info(self) -> FencedExecutionInfo:
+        """The service's answer; its death, hang or a malformed answer raise the DriverFault
+        (CRASH, HANG) rather than pass for a status of the execution."""
         try:
             reply, _, _ = self.conn.call("fenced_info", {"handle": self.handle})
+        except DriverFault:
+            raise
         except HalError as e:
             return FencedExecutionInfo(e.status, message=e.message)
-        status, launched, fenced = reply["info"]
-        return FencedExecutionInfo(wire.enum_or_int(ErrorStatus, status), wire.decode_timing(launched),
-                                   wire.decode_timing(fenced), str(reply.get("message", "")))
+        status, launched, fenced = reply["info"]  # decoded and checked (REPLIES)
+        return FencedExecutionInfo(status, launched, fenced, reply["message"])
 
     def __del__(self) -> None:
         self.conn.release(self.handle)
@@ -408,7 +571,7 @@ class RemoteBurst(Burst):
         self.results = MessageQueue.create(self.QUEUE_CAPACITY)
         body = {"handle": prepared.handle, "queue_size": self.requests.memory.size}
         reply, _, _ = self.conn.call("burst_configure", body, fds=self.requests.fds() + self.results.fds())
-        self.handle = int(reply["handle"])
+        self.handle = reply["handle"]
 
     def execute(self, request: Request, slots: Sequence[int],
                 measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
@@ -438,6 +601,8 @@ class RemoteBurst(Burst):
                 reply = json.loads(self.results.read(give_up, abort, self.POLL_S))
                 if not isinstance(reply, dict):
                     raise ValueError(f"a burst result is not a JSON object: {reply!r:.80}")
+            except RecursionError:  # JSON nested beyond the parser's depth
+                self.conn.broken("burst execution: unreadable result: nested too deeply")
             except QueueAborted:  # the service process ended (BURST-4)
                 self.conn.died("burst execution")
                 raise self.conn.error() from None
@@ -448,8 +613,8 @@ class RemoteBurst(Burst):
                 # A result ring the service corrupted is a broken service, as a framing error
                 # in a reply is: never read on from a lost message boundary.
                 self.conn.broken(f"burst execution: unreadable result: {e}")
-        raise_for_status(reply)
-        return wire.decode_shapes(reply["shapes"]), wire.decode_timing(reply["timing"])
+        self.conn._check_reply("burst execution", reply)
+        return reply["shapes"], reply["timing"]  # decoded and checked (REPLIES)
 
     def release_memory_resource(self, slot: int) -> None:
         self.conn.call("burst_release_memory", {"handle": self.handle, "slot": slot})
@@ -488,61 +653,85 @@ class ServiceDriver(Driver):
 
     def _start(self) -> None:
         if self._attach:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # Who may have put the socket there, and who listens on it, are checked before
+            # anything is sent: the model, the pools and the cache files would go to them.
+            check_attach_path(self._attach)
+            conn = Connection(self._attach, None, None, self.name, self.timeout)
             try:
-                sock.connect(self._attach)
+                sock = conn.open()
+            except UntrustedPeer as e:
+                conn.close()
+                raise DriverSpecError(f"refusing to attach to the driver service at {self._attach}: {e}") \
+                    from None
             except OSError as e:
-                sock.close()
-                raise DriverSpecError(f"no driver service at {self._attach}: {e.strerror}") from None
-            self._conn = Connection(self._attach, sock, None, None, self.name, self.timeout)
-        else:
-            self._spawn()
+                conn.close()
+                raise DriverSpecError(f"no driver service at {self._attach}: {e.strerror or e}") from None
+            conn.idle.append(sock)
+            self._conn = conn
         try:
-            reply = self._conn.hello()
+            if not self._attach:
+                self._spawn()
+            reply = self._conn.hello()  # type: ignore[union-attr]
         except HalError as e:
             self._stop()
-            raise DriverSpecError(e.message if not isinstance(e, DriverFault) else
+            raise DriverSpecError(_one_line(e.message) if not isinstance(e, DriverFault) else
                                   f"{self.name} did not start: {e.message}") from None
-        self.feature_level = Version(reply["feature_level"])
-        self.device_type = DeviceType(reply["device_type"])
-        self.hosted_name = str(reply["driver"])
+        self.feature_level = reply["feature_level"]
+        self.device_type = reply["device_type"]
+        self.hosted_name = reply["driver"]
 
     def _spawn(self) -> None:
+        """Start the service on a socket in a private directory. The child listens on it
+        itself (so the kernel names the child as the socket's peer) and says so on a pipe;
+        only then does this process connect."""
         if self._dir is None:
-            self._dir = tempfile.mkdtemp(prefix="nncert-service-")
+            self._dir = tempfile.mkdtemp(prefix="nncert-service-")  # 0700, this user's
         path = os.path.join(self._dir, "sock")
         if os.path.exists(path):
             os.unlink(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(64)
-        stderr_path = os.path.join(self._dir, f"stderr-{time.monotonic_ns()}")
-        with open(stderr_path, "wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "nncert.drivers.service.server", "--fd", str(listener.fileno()),
-                 "--driver", self.spec],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=[listener.fileno()],
-                start_new_session=True)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(path)  # queued in the backlog until the service accepts
-        listener.close()
-        self._conn = Connection(path, sock, process, stderr_path, self.name, self.timeout)
+        ready_r, ready_w = os.pipe()
+        try:
+            listener.bind(path)
+            os.chmod(path, 0o600)  # not listening yet: nobody could connect in between
+            stderr_path = os.path.join(self._dir, f"stderr-{time.monotonic_ns()}")
+            with open(stderr_path, "wb") as err:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "nncert.drivers.service.server", "--fd", str(listener.fileno()),
+                     "--ready", str(ready_w), "--driver", self.spec],
+                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=[listener.fileno(), ready_w],
+                    start_new_session=True)
+        finally:
+            listener.close()
+            os.close(ready_w)
+        conn = self._conn = Connection(path, process, stderr_path, self.name, self.timeout)
+        try:
+            limit = conn.limit(None)
+            if not select.select([ready_r], [], [], limit)[0]:
+                conn.hang("start", limit)
+            if not os.read(ready_r, 1):  # the child ended before it listened
+                conn.died("start")
+                raise conn.error()
+        finally:
+            os.close(ready_r)
+        try:
+            conn.idle.append(conn.open())
+        except UntrustedPeer as e:
+            conn.broken(f"start: {e}")
+        except OSError:
+            conn.died("connect")
+            raise conn.error() from None
 
     def _stop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        conn.close()
-        if conn.process is not None:
+        conn.close()  # a spawned service exits when its owner disconnects; else it is killed
+        if conn.stderr_path:
             try:
-                conn.process.wait(2)  # the service exits when its owner disconnects
-            except subprocess.TimeoutExpired:
-                conn.kill()
-            if conn.stderr_path:
-                try:
-                    os.unlink(conn.stderr_path)
-                except OSError:
-                    pass
+                os.unlink(conn.stderr_path)
+            except OSError:
+                pass
 
     def alive(self) -> bool:
         conn = self._conn
@@ -587,21 +776,22 @@ class ServiceDriver(Driver):
         return self.conn.call(op)[0]["value"]
 
     # -- device queries (DRV-1): asked every time, never cached, so instability shows --
+    # (each reply's value comes decoded and checked: REPLIES)
     def capabilities(self) -> Capabilities:
-        return wire.decode_capabilities(self._query("capabilities"))
+        return self._query("capabilities")
 
     def version_string(self) -> str:
-        return str(self._query("version_string"))
+        return self._query("version_string")
 
     def type(self) -> DeviceType:
-        return wire.enum_or_int(DeviceType, self._query("type"))
+        return self._query("type")
 
     def supported_extensions(self) -> list[str]:
-        return list(self._query("supported_extensions"))
+        return self._query("supported_extensions")
 
     def number_of_cache_files_needed(self) -> tuple[int, int]:
         model, data = self._query("number_of_cache_files_needed")
-        return int(model), int(data)
+        return model, data
 
     # -- compilation --
     def supported_operations(self, model: Model) -> list[bool]:
@@ -634,7 +824,7 @@ class ServiceDriver(Driver):
                 "token": None if token is None else bytes(token).hex()}
         conn = self.conn
         reply, _, _ = conn.call("prepare_model", body, blob, fds, deadline=deadline)
-        return RemotePreparedModel(conn, int(reply["handle"]))
+        return RemotePreparedModel(conn, reply["handle"])
 
     def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
                                  data_cache: Sequence[int], token: bytes) -> PreparedModel:
@@ -643,7 +833,7 @@ class ServiceDriver(Driver):
         conn = self.conn
         reply, _, _ = conn.call("prepare_model_from_cache", body, fds=[*model_cache, *data_cache],
                                 deadline=deadline)
-        return RemotePreparedModel(conn, int(reply["handle"]))
+        return RemotePreparedModel(conn, reply["handle"])
 
     # -- memory domains (MEM-4..7): the buffer lives in the service, a token names it --
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],

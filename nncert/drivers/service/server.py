@@ -11,11 +11,18 @@ Each client owns its handles (prepared models, bursts, fenced callbacks); they a
 released when the client asks, or all at once when its last connection closes (DRV-5: a
 dead client leaks nothing). A client has one connection per call in flight, each served
 by a thread of its own, so several clients and threads are served at once (DRV-4).
+
+Only this user's processes are served: a connection whose peer (SO_PEERCRED) runs as another
+uid is closed at accept, as is one beyond ``MAX_CONNECTIONS``; a message begun must be
+complete within ``MESSAGE_TIMEOUT_S``, and its memory is allocated only as it arrives
+(wire.py). A socket path is created 0600 in a directory of this user's that no one else
+may write into.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import json
 import os
@@ -25,6 +32,7 @@ import socket
 import string
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -35,12 +43,21 @@ from nncert.drivers.service import wire
 from nncert.drivers.service.buffers import BufferOps
 from nncert.drivers.service.fmq import CorruptMessageError, MessageQueue, QueueAborted
 from nncert.drivers.service.spin import poll_readable
+from nncert.files import UnsafePathError, own_dir
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import Request
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
 Reply = tuple[dict, bytes, list[int]]
+
+#: Connections served at once (every client's together); more are closed at accept, so that
+#: no client, stalled or runaway, can take every thread and descriptor of the service.
+MAX_CONNECTIONS = 64
+#: Seconds a message may take from its first byte to its last: a sender that stops half-way
+#: loses its connection, and the memory of what it sent, after that long.
+MESSAGE_TIMEOUT_S = 10.0
+BACKLOG = 64
 
 
 class BurstWorker:
@@ -243,10 +260,12 @@ class Client:
 class Session(BufferOps):
     """One connection: reads a call, answers it, reads the next (one call in flight)."""
 
-    def __init__(self, service: Service, sock: socket.socket) -> None:
+    def __init__(self, service: Service, sock: socket.socket, peer_pid: int = 0) -> None:
         self.service = service
         self.driver = service.driver
         self.sock = sock
+        #: The connecting process, from the kernel (SO_PEERCRED at accept).
+        self.peer_pid = peer_pid
         self.client: Client | None = None
 
     @property
@@ -270,7 +289,7 @@ class Session(BufferOps):
             while True:
                 poll_readable(self.sock.fileno(), self.POLL_S)
                 try:
-                    message = wire.recv_message(self.sock)
+                    message = wire.recv_message(self.sock, stall=self.service.message_timeout)
                 except wire.ProtocolError as e:
                     print(f"nncert service: dropping a connection: {e}", file=sys.stderr)
                     break
@@ -282,6 +301,7 @@ class Session(BufferOps):
                 self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
         finally:
             self.sock.close()
+            self.service.connection_closed()
             if self.client is not None:
                 self.service.detach(self.client)
 
@@ -318,8 +338,9 @@ class Session(BufferOps):
             raise wire.ProtocolError(f"client speaks protocol {protocol!r:.40}, "
                                      f"this service {wire.PROTOCOL_VERSION}")
         self.client = self.service.attach(body.get("join"), body.get("key"))
-        if self.client.owner and body.get("join") is None and isinstance(body.get("pid"), int):
-            self.service.watch_owner(body["pid"])
+        if self.client.owner and body.get("join") is None:
+            # The owner's process as the kernel knows it, not as the hello names it.
+            self.service.watch_owner(self.peer_pid)
         d = self.driver
         return ok({"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "driver": d.name,
                    "client": self.client.number, "key": self.client.key,
@@ -494,18 +515,54 @@ class Service:
     client owns the service: when its last connection closes the service exits, so a dead
     harness leaves no orphan behind."""
 
-    def __init__(self, driver: Driver, listener: socket.socket, owned: bool = True) -> None:
+    def __init__(self, driver: Driver, listener: socket.socket, owned: bool = True,
+                 max_connections: int = MAX_CONNECTIONS, message_timeout: float = MESSAGE_TIMEOUT_S) -> None:
         self.driver = driver
         self.listener = listener
         self.owned = owned
+        self.max_connections = max_connections
+        self.message_timeout = message_timeout
+        self.connections = 0
         self.clients: dict[int, Client] = {}
         self.numbers = itertools.count(1)
         self.lock = threading.Lock()
 
     def serve(self) -> None:
         while True:
-            sock, _ = self.listener.accept()
-            threading.Thread(target=Session(self, sock).serve, name="nncert-connection", daemon=True).start()
+            try:
+                sock, _ = self.listener.accept()
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.1)  # out of descriptors or memory for now: not a reason to stop
+                continue
+            refusal, pid = self.admit(sock)
+            if refusal is not None:
+                print(f"nncert service: refusing a connection: {refusal}", file=sys.stderr, flush=True)
+                sock.close()
+                continue
+            session = Session(self, sock, pid)
+            threading.Thread(target=session.serve, name="nncert-connection", daemon=True).start()
+
+    def admit(self, sock: socket.socket) -> tuple[str | None, int]:
+        """Why a new connection is refused (or None: then it counts until it closes), and
+        its peer's pid. Refused: a peer that runs as another user (the kernel's
+        SO_PEERCRED), or one more connection than ``max_connections``."""
+        try:
+            pid, uid, _ = wire.peer_credentials(sock)
+        except OSError as e:
+            return f"its peer is unknown ({e.strerror or e})", 0
+        if uid != os.geteuid():
+            return f"its process (pid {pid}) runs as uid {uid}, not as this service's user " \
+                   f"(uid {os.geteuid()})", pid
+        with self.lock:
+            if self.connections >= self.max_connections:
+                return f"{self.connections} connections are open, the most this service serves at once", pid
+            self.connections += 1
+        return None, pid
+
+    def connection_closed(self) -> None:
+        with self.lock:
+            self.connections -= 1
 
     def attach(self, join: Any, key: Any) -> Client:
         """A new client, or (``join``) one more connection of an existing one."""
@@ -525,6 +582,8 @@ class Service:
     def watch_owner(self, pid: int) -> None:
         """Exit when the owner's process ends, even while a call of its is stuck in the
         driver (its connections only notice between calls)."""
+        if pid <= 0:
+            return
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
@@ -556,9 +615,20 @@ class Service:
 
 
 def _refuse(listener: socket.socket, message: str) -> None:
-    """Answer the owner's hello with the reason the driver could not be loaded."""
-    sock, _ = listener.accept()
-    got = wire.recv_message(sock)
+    """Answer the owner's hello (the first connection of this user's) with the reason the
+    driver could not be loaded."""
+    while True:
+        sock, _ = listener.accept()
+        try:
+            if wire.peer_credentials(sock)[1] == os.geteuid():
+                break
+        except OSError:
+            pass
+        sock.close()
+    try:
+        got = wire.recv_message(sock, stall=MESSAGE_TIMEOUT_S)
+    except (wire.ProtocolError, OSError):
+        got = None
     if got is not None:
         wire.close_fds(got[3])
         body = {"status": int(ErrorStatus.GENERAL_FAILURE), "message": message, "spec_error": True}
@@ -571,22 +641,59 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Serve one nncert driver over a Unix socket.")
     parser.add_argument("--driver", required=True, help="spec of the driver to host")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--fd", type=int, help="an inherited, already listening socket")
-    where.add_argument("--socket", help="a socket path to create and listen on")
+    where.add_argument("--fd", type=int, help="an inherited socket, bound (this process listens on it)")
+    where.add_argument("--socket", help="a socket path to create (0600, in a directory of this user's "
+                                        "that no one else may write into) and listen on")
+    parser.add_argument("--ready", type=int, help="an inherited descriptor to write one byte to, and "
+                                                  "close, once listening")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                        help=f"connections served at once (default {MAX_CONNECTIONS})")
+    parser.add_argument("--message-timeout", type=float, default=MESSAGE_TIMEOUT_S,
+                        help=f"seconds a message may take from its first byte to its last "
+                             f"(default {MESSAGE_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
     if args.fd is not None:
         listener = socket.socket(fileno=args.fd)
     else:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(args.socket)
-        listener.listen(64)
+        try:
+            listener = _bind_private(args.socket)
+        except (OSError, UnsafePathError) as e:
+            print(f"nncert service: cannot serve {args.socket}: {e}", file=sys.stderr)
+            return 2
+    # Listening here (again, for an inherited socket that already was) makes this process
+    # the socket's peer as the kernel reports it to clients (SO_PEERCRED).
+    listener.listen(BACKLOG)
+    if args.ready is not None:
+        try:
+            os.write(args.ready, b"1")
+        except OSError:
+            pass  # the client gave up waiting: its hello will not come either
+        os.close(args.ready)
     try:
         driver = load_driver(args.driver)
     except DriverSpecError as e:
         _refuse(listener, str(e))
         return 2
-    Service(driver, listener, owned=args.fd is not None).serve()
+    Service(driver, listener, owned=args.fd is not None, max_connections=args.max_connections,
+            message_timeout=args.message_timeout).serve()
     return 0
+
+
+def _bind_private(path: str) -> socket.socket:
+    """A socket bound at ``path``, mode 0600, in a directory of this user's that no one else
+    may write into (made 0700 if missing): clients refuse to attach anywhere else, and no
+    other user can connect, or replace the socket. It is made 0600 before it listens, so
+    nobody can connect in between."""
+    directory = own_dir(os.path.dirname(os.path.abspath(path)), mode=0o700, private=True)
+    path = os.path.join(directory, os.path.basename(path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        os.chmod(path, 0o600)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 if __name__ == "__main__":

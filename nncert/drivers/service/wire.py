@@ -9,16 +9,26 @@ A message is a 20-byte header, a UTF-8 JSON object and an optional binary part::
 
 The descriptors travel as ancillary data of the message's first byte. Everything here is
 plain data (ints, lists, strings) so that a service written in another language can speak it.
+
+Neither side trusts the other's header: a receiver allocates a message's memory as its bytes
+arrive (never more than what has arrived plus ``CHUNK``), so a header claiming a gigabyte
+costs nothing until the gigabyte comes, and it may bound how long a begun message takes
+(``recv_message``'s ``deadline`` and ``stall``). ``peer_credentials`` is the kernel's word on
+who is at the other end (SO_PEERCRED): both sides check it (docs/service-protocol.md).
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import enum
+import errno
 import json
 import os
+import select
 import socket
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -44,11 +54,24 @@ HEADER = struct.Struct("<4sHHIII")
 MAX_FDS = 253
 MAX_JSON = 64 << 20
 MAX_BLOB = 1 << 30
+#: The largest message either side reads: its JSON and binary parts at their limits.
+MAX_MESSAGE = MAX_JSON + MAX_BLOB
+#: A receiver allocates a message's memory in pieces of at most this many bytes, each only
+#: once the bytes before it have arrived.
+CHUNK = 1 << 20
 _FDS_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+_CRED = struct.Struct("3i")
+#: getsockopt(SO_PEERPIDFD) (Linux 6.5): a pidfd of the peer, from the kernel's own reference
+#: to its process (so never a process that took over a recycled pid).
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
 
 
 class ProtocolError(Exception):
     """A message that does not follow the protocol (bad magic, version, sizes or fields)."""
+
+
+class TruncatedMessage(ProtocolError):  # noqa: N818 - an event: the sender went away
+    """The connection ended inside a message: the sender died (or closed) while sending."""
 
 
 E = TypeVar("E", bound=enum.IntEnum)
@@ -116,54 +139,202 @@ def send_message(sock: socket.socket, call_id: int, body: dict, blob: bytes | me
         sock.sendall(memoryview(data)[sent:])
 
 
-def _recv_exact(sock: socket.socket, buf: memoryview) -> bool:
-    got = 0
-    while got < len(buf):
-        n = sock.recv_into(buf[got:])
-        if n == 0:
-            return False
-        got += n
-    return True
+class _Reader:
+    """Reads the rest of a message whose first bytes have arrived, within the receiver's
+    limits: ``deadline`` (an absolute ``time.monotonic()``; past it, ``TimeoutError``) and
+    ``stall`` (seconds the whole message may take from its first byte; past them, a
+    ``ProtocolError``). The first read is made as the socket stands (a blocking one without
+    waiting), so the usual message, sent whole, costs no timeout changes; later reads wait
+    only until the nearer limit."""
+
+    __slots__ = ("deadline", "saved", "sock", "stall", "until")
+
+    def __init__(self, sock: socket.socket, deadline: float | None, stall: float | None) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.stall = None if stall is None else time.monotonic() + stall
+        self.until: float | None = None  # set once reads wait (armed)
+        self.saved: float | bool | None = False  # the socket's own timeout, once changed
+
+    def _arm(self) -> None:
+        """Wait from now on, within the nearer of the two limits."""
+        limits = [t for t in (self.deadline, self.stall) if t is not None]
+        self.until = min(limits) if limits else float("inf")
+
+    def _expired(self) -> Exception:
+        if self.stall is not None and (self.deadline is None or self.stall <= self.deadline):
+            return ProtocolError("the message was not complete within the receiver's time limit "
+                                 "(a stalled sender)")
+        return TimeoutError("the message did not arrive before the deadline")
+
+    def _recv(self, view: memoryview) -> int:
+        if self.until is None:
+            # The first read: a message is usually sent whole, so its rest is already here.
+            self._arm()
+            if self.sock.gettimeout() is None:  # blocking: try without waiting
+                try:
+                    return self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass
+            else:  # the socket's own timeout bounds this one read (the caller set it)
+                try:
+                    return self.sock.recv_into(view)
+                except TimeoutError:
+                    raise self._expired() from None
+        if self.until != float("inf"):
+            left = self.until - time.monotonic()  # type: ignore[operator]
+            if left <= 0:
+                raise self._expired()
+            if self.saved is False:
+                self.saved = self.sock.gettimeout()
+            self.sock.settimeout(left)
+        try:
+            return self.sock.recv_into(view)
+        except TimeoutError:
+            raise self._expired() from None
+
+    def fill(self, view: memoryview) -> bool:
+        """Fill ``view``; False at end of stream."""
+        got, size = 0, len(view)
+        while got < size:
+            n = self._recv(view[got:])
+            if n == 0:
+                return False
+            got += n
+        return True
+
+    def read(self, size: int) -> bytearray | bytes | None:
+        """``size`` bytes, allocated piece by piece as they arrive; None at end of stream."""
+        if size <= CHUNK:
+            buf = bytearray(size)
+            return buf if self.fill(memoryview(buf)) else None
+        parts = []
+        while size:
+            part = bytearray(min(size, CHUNK))
+            if not self.fill(memoryview(part)):
+                return None
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def restore(self) -> None:
+        if self.saved is not False:
+            with contextlib.suppress(OSError):  # closed meanwhile (the client shut it down)
+                self.sock.settimeout(self.saved)  # type: ignore[arg-type]
 
 
-def recv_message(sock: socket.socket) -> tuple[int, dict, bytes, list[int]] | None:
+def recv_message(sock: socket.socket, deadline: float | None = None, stall: float | None = None,
+                 max_json: int = MAX_JSON, max_blob: int = MAX_BLOB
+                 ) -> tuple[int, dict, bytes, list[int]] | None:
     """One message as (call id, body, binary part, descriptors); None at end of stream.
 
-    Received descriptors belong to the caller, who must close those it does not keep."""
+    The header is checked before anything is allocated for the rest, which is read as it
+    arrives: ``deadline`` (``time.monotonic()``) bounds the whole message (then
+    ``TimeoutError``), ``stall`` the seconds from its first byte to its last (then
+    ``ProtocolError``: a sender that stopped half-way); ``max_json`` and ``max_blob`` may
+    lower the size limits (a reply has no binary part). Received descriptors belong to the
+    caller, who must close those it does not keep."""
     header = bytearray(HEADER.size)
-    n, ancdata, flags, _ = sock.recvmsg_into([header], _FDS_SPACE)
+    n, ancdata, flags, _ = sock.recvmsg_into([header], _FDS_SPACE, socket.MSG_CMSG_CLOEXEC)
     fds: list[int] = []
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             arr = array.array("i")
             arr.frombytes(data[:len(data) - len(data) % arr.itemsize])
             fds.extend(arr)
+    if n == 0:
+        close_fds(fds)
+        return None
+    reader = None
     try:
-        if n == 0:
-            return None
         if flags & socket.MSG_CTRUNC:
             raise ProtocolError("descriptors were truncated (too many in one message)")
-        if n < HEADER.size and not _recv_exact(sock, memoryview(header)[n:]):
-            raise ProtocolError("connection closed inside a message header")
+        if n < HEADER.size:
+            reader = _Reader(sock, deadline, stall)
+            if not reader.fill(memoryview(header)[n:]):
+                raise TruncatedMessage("connection closed inside a message header")
         magic, version, nfds, call_id, json_len, blob_len = HEADER.unpack(header)
         if magic != MAGIC:
             raise ProtocolError(f"bad magic {bytes(magic)!r}")
         if version != PROTOCOL_VERSION:
             raise ProtocolError(f"protocol version {version}, this side speaks {PROTOCOL_VERSION}")
-        if nfds != len(fds):
+        if nfds > MAX_FDS or nfds != len(fds):
             raise ProtocolError(f"header announces {nfds} descriptors, {len(fds)} arrived")
-        if json_len > MAX_JSON or blob_len > MAX_BLOB:
-            raise ProtocolError(f"message too large ({json_len} + {blob_len} bytes)")
-        payload = bytearray(json_len + blob_len)
-        if not _recv_exact(sock, memoryview(payload)):
-            raise ProtocolError("connection closed inside a message")
-        body = json.loads(payload[:json_len])
+        if not 2 <= json_len <= max_json or blob_len > max_blob:
+            raise ProtocolError(f"message sizes out of bounds ({json_len} bytes of JSON, at least 2 and "
+                                f"at most {max_json}; {blob_len} binary, at most {max_blob})")
+        total = json_len + blob_len
+        if total <= CHUNK:
+            payload = bytearray(total)
+            got = 0
+            if reader is None:
+                # The usual message came whole: read it as the socket stands (a blocking one
+                # without waiting; one with a timeout, the caller's, within it); only a
+                # message still arriving gets a reader with the limits.
+                if sock.gettimeout() is None:
+                    try:
+                        got = sock.recv_into(payload, 0, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        pass
+                else:
+                    try:
+                        got = sock.recv_into(payload)
+                    except TimeoutError:
+                        raise _Reader(sock, deadline, stall)._expired() from None
+            if got < total:
+                reader = reader or _Reader(sock, deadline, stall)
+                if not reader.fill(memoryview(payload)[got:]):
+                    raise TruncatedMessage("connection closed inside a message")
+            text, blob = payload[:json_len], bytes(memoryview(payload)[json_len:])
+        else:
+            reader = reader or _Reader(sock, deadline, stall)
+            text, data = reader.read(json_len), reader.read(blob_len) if blob_len else b""
+            if text is None or data is None:
+                raise TruncatedMessage("connection closed inside a message")
+            blob = bytes(data)
+        body = json.loads(text)
         if not isinstance(body, dict):
             raise ProtocolError("message body is not a JSON object")
-        return call_id, body, bytes(payload[json_len:]), fds
-    except (ProtocolError, ValueError, UnicodeDecodeError, struct.error) as e:
+        return call_id, body, blob, fds
+    except ProtocolError:
         close_fds(fds)
-        raise ProtocolError(str(e)) from None
+        raise
+    except (ValueError, RecursionError, struct.error) as e:  # UnicodeDecodeError is a ValueError
+        close_fds(fds)
+        raise ProtocolError(str(e) or type(e).__name__) from None
+    except BaseException:
+        close_fds(fds)
+        raise
+    finally:
+        if reader is not None:
+            reader.restore()
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket, from the
+    kernel (SO_PEERCRED): for a connecting side, the process that called ``listen``; for an
+    accepted connection, the one that called ``connect``. pid 0: a process this one's pid
+    namespace cannot see."""
+    return _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+
+
+def peer_pidfd(sock: socket.socket, pid: int) -> int:
+    """A pidfd of the peer ``peer_credentials`` named as ``pid``: straight from the kernel's
+    reference to its process where the kernel offers it (SO_PEERPIDFD), else
+    ``os.pidfd_open(pid)`` (then checked to be the peer's as far as can be: the connection
+    still open, so the peer has not died and left its pid for reuse). OSError otherwise."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError as e:
+        if e.errno not in (errno.ENOPROTOOPT, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    fd = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(sock, select.POLLHUP | getattr(select, "POLLRDHUP", 0))
+    if poller.poll(0):
+        os.close(fd)
+        raise OSError(errno.ESRCH, "the peer hung up before its process could be pinned")
+    return fd
 
 
 def close_fds(fds: Sequence[int]) -> None:
@@ -302,7 +473,16 @@ def encode_shapes(shapes: Sequence[OutputShape]) -> list:
 
 
 def decode_shapes(v: Any) -> list[OutputShape]:
-    return [OutputShape(tuple(int(d) for d in dims), bool(ok)) for dims, ok in v or ()]
+    """``[[dimensions, is_sufficient], ...]`` exactly; anything else is a ProtocolError."""
+    if not isinstance(v, list):
+        raise ProtocolError(f"output shapes {v!r:.80} are not a list")
+    shapes = []
+    for s in v:
+        if not (isinstance(s, list) and len(s) == 2 and isinstance(s[0], list) and s[1].__class__ is bool
+                and all(d.__class__ is int for d in s[0])):
+            raise ProtocolError(f"output shape {s!r:.80} is not [[integer, ...], true or false]")
+        shapes.append(OutputShape(tuple(s[0]), s[1]))
+    return shapes
 
 
 def encode_timing(t: Timing) -> list[int]:
@@ -310,7 +490,41 @@ def encode_timing(t: Timing) -> list[int]:
 
 
 def decode_timing(v: Any) -> Timing:
-    return Timing(int(v[0]), int(v[1]))
+    """``[time_on_device, time_in_driver]``, two integers; anything else is a ProtocolError."""
+    if not (isinstance(v, list) and len(v) == 2 and v[0].__class__ is int and v[1].__class__ is int):
+        raise ProtocolError(f"timing {v!r:.80} is not two integers")
+    return Timing(v[0], v[1])
+
+
+def string(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise ProtocolError(f"{what} {v!r:.80} is not a string")
+    return v
+
+
+def boolean(v: Any, what: str) -> bool:
+    if v.__class__ is not bool:
+        raise ProtocolError(f"{what} {v!r:.80} is not true or false")
+    return v
+
+
+def list_of(v: Any, check: Any, what: str, length: int | None = None) -> list:
+    """``v`` as a list whose every item ``check(item, what)`` accepts (and returns)."""
+    if not isinstance(v, list) or (length is not None and len(v) != length):
+        size = "" if length is None else f" of {length}"
+        raise ProtocolError(f"{what} {v!r:.80} is not a list{size}")
+    return [check(x, what) for x in v]
+
+
+_STATUSES = {int(s): s for s in ErrorStatus}
+
+
+def decode_status(v: Any) -> ErrorStatus:
+    """A status code of a reply: one of the ErrorStatus codes (0..8), as a JSON integer."""
+    status = _STATUSES.get(v) if v.__class__ is int else None
+    if status is None:
+        raise ProtocolError(f"{v!r:.80} is not an ErrorStatus code")
+    return status
 
 
 def _perf(p: PerformanceInfo) -> list[float]:
@@ -324,10 +538,28 @@ def encode_capabilities(c: Capabilities) -> dict:
             "if": _perf(c.if_performance), "while": _perf(c.while_performance)}
 
 
-def decode_capabilities(d: dict) -> Capabilities:
-    return Capabilities(PerformanceInfo(*d["relaxed_scalar"]), PerformanceInfo(*d["relaxed_tensor"]),
-                        {enum_or_int(OperandType, t): PerformanceInfo(e, p) for t, e, p in d["operands"]},
-                        PerformanceInfo(*d["if"]), PerformanceInfo(*d["while"]))
+def _decode_perf(v: Any) -> PerformanceInfo:
+    if not (isinstance(v, list) and len(v) == 2 and all(x.__class__ in (int, float) for x in v)):
+        raise ProtocolError(f"performance {v!r:.80} is not two numbers")
+    return PerformanceInfo(*v)
+
+
+def decode_capabilities(d: Any) -> Capabilities:
+    """Capabilities exactly as ``encode_capabilities`` writes them; an operand type code
+    outside the enum stays a plain int (a check of the capabilities may name it)."""
+    if not isinstance(d, dict):
+        raise ProtocolError(f"capabilities {d!r:.80} are not an object")
+    try:
+        fields = [d[k] for k in ("relaxed_scalar", "relaxed_tensor", "operands", "if", "while")]
+    except KeyError as e:
+        raise ProtocolError(f"capabilities have no {e} field") from None
+    operands = {}
+    for entry in list_of(fields[2], lambda x, _: x, "capabilities operands"):
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise ProtocolError(f"operand performance {entry!r:.80} is not [type, exec_time, power_usage]")
+        operands[enum_or_int(OperandType, entry[0])] = _decode_perf(entry[1:])
+    return Capabilities(_decode_perf(fields[0]), _decode_perf(fields[1]), operands,
+                        _decode_perf(fields[3]), _decode_perf(fields[4]))
 
 
 def iter_ints(v: Any, what: str) -> Iterator[int]:
