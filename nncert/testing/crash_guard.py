@@ -77,7 +77,7 @@ class Guard:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.args = [a for a in config.invocation_params.args if not a.startswith("--crash-guard")]
+        self.args = list(config.invocation_params.args)  # the child's --crash-guard=off comes last: it wins
         self.cwd = config.invocation_params.dir
         self.suite = config.getoption("nncert_suite")
         given = config.getoption("nncert_journal")
