@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nncert import files
+from nncert import datafiles, files
 from nncert.certify.journal import cut_torn_tail
 from nncert.resources import suites_root
 from nncert.testing.outcome import Kind, run_isolated, signal_name
@@ -144,9 +144,9 @@ def recorded_findings(journal: Path) -> dict[str, dict[str, Any]]:
         return found
     for line in lines:
         try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+            record = datafiles.parse_json(line, str(journal))
+        except datafiles.DataFileError:
+            continue  # not a record of ours: whatever it is, it names no finding
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
             continue
         if record.get("event") == "finding" and isinstance(record.get("number"), int):
