@@ -39,6 +39,7 @@ import pytest
 from nncert.certify import journal
 from nncert.certify.runner import JournalTail, _die_with_parent
 from nncert.drivers import parse_spec
+from nncert.resources import SUITES_INI
 from nncert.testing import expectations
 from nncert.testing.outcome import signal_name
 
@@ -203,7 +204,9 @@ class Guard:
         return expectations.match(self.known, test_id)
 
     def rerun(self, test_id: str) -> str:
-        return shlex.join(["pytest", test_id, f"--driver={self.config.getoption('driver')}",
+        # `nncert test` runs the suites from anywhere (its own -c and --rootdir): rerun the same way.
+        runner = ["nncert", "test"] if str(SUITES_INI) in self.args else ["pytest"]
+        return shlex.join([*runner, test_id, f"--driver={self.config.getoption('driver')}",
                            *(f"--driver-option={o}" for o in self.config.getoption("driver_option")),
                            "--isolate"])
 
