@@ -30,7 +30,7 @@ from nncert import __version__, datafiles, files
 from nncert.certify import journal
 from nncert.certify.plan import Plan, Suite, suite_files
 from nncert.resources import SUITE_DIRS, SUITES_INI, suites_root
-from nncert.testing.outcome import signal_name
+from nncert.testing.outcome import how_it_ended
 
 RUN_FILE = "run.json"
 JOURNAL_FILE = "journal.jsonl"
@@ -118,7 +118,7 @@ def reproduce_command(test_id: str, driver: str, suite: Suite) -> str:
     return shlex.join(["nncert", "test", test_id, f"--driver={driver}", *options])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: die when the runner dies (a SIGKILLed ``nncert certify`` must
     not leave suites writing to the journal that ``--resume`` reads)."""
     with contextlib.suppress(Exception):
@@ -226,7 +226,7 @@ class SuiteRun:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     def kill(self, why: str) -> None:
@@ -282,7 +282,7 @@ class SuiteRun:
                     f"no outcome within {self.suite.test_timeout:g} s: the suite's process was killed",
                 )
             else:
-                died = f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+                died = how_it_ended(code)
                 self._record(test_id, "CRASH", f"the suite's process died in this test ({died})")
         missing = self.state.missing
         if code in _FINISHED and not pending and not missing and not self.killed_for:

@@ -37,11 +37,11 @@ from pathlib import Path
 import pytest
 
 from nncert.certify import journal
-from nncert.certify.runner import JournalTail, _die_with_parent
+from nncert.certify.runner import JournalTail, die_with_parent
 from nncert.drivers import parse_spec
 from nncert.resources import SUITES_INI
 from nncert.testing import expectations
-from nncert.testing.outcome import signal_name
+from nncert.testing.outcome import how_it_ended
 
 #: Drivers that are nncert's own Python (or already out of process): no guard by default.
 UNGUARDED = ("reference", "mutant", "service")
@@ -110,7 +110,7 @@ class Guard:
                 pending = [] if interrupted else self._pending()
                 if not pending:
                     if code < 0:
-                        self._say(f"the test process died outside any test ({_died(code)}); "
+                        self._say(f"the test process died outside any test ({how_it_ended(code)}); "
                                   f"the results so far are kept")
                         return self._finish(128 - code)
                     return self._finish(code)
@@ -131,7 +131,7 @@ class Guard:
         tail = JournalTail(self.path)
         # Its own process group, so that Ctrl-C reaches it once (forwarded from here) and it
         # stops the way pytest stops; it dies with this process.
-        proc = subprocess.Popen(self.command(), cwd=self.cwd, process_group=0, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(self.command(), cwd=self.cwd, process_group=0, preexec_fn=die_with_parent)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda n, _: proc.send_signal(n))
         current: tuple[str, float] | None = None
@@ -167,10 +167,11 @@ class Guard:
         entry = state.tests.get(test_id, {})
         if hung:
             status = "HANG"
-            message = f"no outcome within {self.limit:g} s (--crash-guard-timeout): the test process was killed"
+            message = (f"no outcome within {self.limit:g} s (--crash-guard-timeout): "
+                       f"the test process was killed")
         else:
             status = "CRASH"
-            message = f"the test process died in this test ({_died(code)})"
+            message = f"the test process died in this test ({how_it_ended(code)})"
         self.crashes.append(test_id)
         record = {"event": "outcome", "suite": self.suite, "id": test_id, "status": status,
                   "req": entry.get("req", []), "message": message,
@@ -233,10 +234,6 @@ class Guard:
     def _say(line: str) -> None:
         sys.stderr.write(f"nncert: {line}\n")
         sys.stderr.flush()
-
-
-def _died(code: int) -> str:
-    return f"killed by {signal_name(-code)}" if code < 0 else f"exit status {code}"
 
 
 def supervise(config: pytest.Config) -> int:

@@ -83,6 +83,11 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def how_it_ended(code: int) -> str:
+    """A child process's end from its return code: "killed by SIGABRT", "exited with status 3"."""
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+
+
 def classify_exception(exc: BaseException) -> Outcome:
     """FAILURE naming the exception, unless a DriverFault is behind it: then the driver's own
     process died or hung during the call, and the outcome is the fault's CRASH or HANG."""
