@@ -497,7 +497,8 @@ class OutcomeRecorder:
         except Exception as e:  # any failure of the driver, reported as such
             version = f"unavailable ({classify_exception(e)})"
         text = json.dumps({"driver": self.config.getoption("driver"), "version_string": version,
-                           "tests": self.tests, "requirements": by_req}, indent=1, sort_keys=True, default=str)
+                           "tests": self.tests, "requirements": by_req},
+                          indent=1, sort_keys=True, default=str)
         try:
             files.write_atomic(path, text)
         except OSError as e:  # a planted link is replaced, but the directory may be unwritable

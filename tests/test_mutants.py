@@ -18,9 +18,6 @@ from nncert.drivers.mutants import MUTANTS
 ROOT = Path(__file__).resolve().parent.parent
 #: Mutants that answer wrongly; those that crash or hang are tests/test_process_faults.py's.
 WRONG_ANSWER = sorted(n for n, m in MUTANTS.items() if m.outcome == "FAILURE")
-#: The random-graph mutants: a rare convolution needs the CTS's 50 draws a cell of the
-#: convolution cells; drift shows in multi-operation graphs only.
-SUITE_ARGS = {"rare_conv": ("--graphs=50", "-k", "CONV_2D"), "drift": ("--graphs=5", "-k", "small or large")}
 
 
 def run_conformance(driver: str, report: Path, *extra: str, suite: str = "") -> subprocess.CompletedProcess:
@@ -45,10 +42,10 @@ def mutant_runs(request, tmp_path_factory) -> dict[str, tuple[Future, Path]]:
     runs = {}
     for name in sorted(selected):
         report = tmp_path_factory.mktemp(name) / "report.json"
-        # A mutant of one suite runs that suite alone, on the cells its fault can show in.
-        suite = MUTANTS[name].suite
-        runs[name] = (pool.submit(run_conformance, f"mutant:{name}", report, *SUITE_ARGS.get(name, ()),
-                                  suite=suite), report)
+        # A mutant of one suite runs that suite alone, on the slice its fault can show in.
+        info = MUTANTS[name]
+        runs[name] = (pool.submit(run_conformance, f"mutant:{name}", report, *info.args, suite=info.suite),
+                      report)
     yield runs
     pool.shutdown(cancel_futures=True)
 

@@ -83,15 +83,17 @@ def test_crash_guard_keeps_every_result_and_goes_on(tmp_path, driver, extra, out
     report = tmp_path / "report.json"
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q", "-p", "no:cacheprovider",
-         "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}", "-k", SELECT, *extra],
+        [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q",
+         "-p", "no:cacheprovider", "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}",
+         "-k", SELECT, *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q", "--collect-only",
-         "-p", "no:cacheprovider", f"--driver={driver}", "-k", SELECT], cwd=ROOT, capture_output=True, text=True)
+         "-p", "no:cacheprovider", f"--driver={driver}", "-k", SELECT],
+        cwd=ROOT, capture_output=True, text=True)
     ids = [line for line in collected.stdout.splitlines() if "::" in line]
     assert sorted(tests) == sorted(ids), "every selected test has exactly one outcome"
     faulted = sorted(n for n, rec in tests.items() if rec["outcome"] == outcome)

@@ -17,14 +17,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from nncert import files
 from nncert.drivers import load_driver
 from nncert.drivers.base import Driver, PreparedModel
 from nncert.drivers.caching import read_file, write_file
-from nncert import files
 from nncert.files import open_private
 from nncert.fuzz import Finding
 from nncert.fuzz import decode as dec

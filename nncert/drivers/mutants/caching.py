@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from nncert.drivers import caching
 from nncert.drivers.base import Deadline, PreparedModel, check_deadline
-from nncert.drivers.mutants import MutantDriver
+from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.hal.errors import HalError
 from nncert.hal.types import ErrorStatus
 
@@ -70,3 +70,9 @@ class HashesFile(MutantDriver):
 
 
 __all__ = ["HashesFile", "TrustsCache"]
+
+
+MUTANT_INFO = (
+    MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
+    MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
+)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nncert.drivers.base import Burst, Deadline
-from nncert.drivers.mutants import MutantDriver, MutantPreparedModel
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.memory import F_ADD_SEALS, F_SEAL_FUTURE_WRITE, Memory
 from nncert.hal.model import OutputShape, Request, Timing
@@ -159,3 +159,12 @@ def _result_ring(burst: Burst) -> Any:
             if type(owner).__name__ == "BurstWorker" and getattr(owner, "burst", None) is burst:
                 return owner.results
     return None
+
+
+# Attacks on the harness's shared memory: hosted, they would kill the harness (SIGBUS) were its
+# memory not sealed; sealed, the attack fails, or the service is a CRASH.
+MUTANT_INFO = (
+    MutantInfo(TruncatesPools, "MLTS-2", "CRASH"),
+    MutantInfo(GrowsPools, "MLTS-2", "CRASH"),
+    MutantInfo(CorruptsRing, "BURST-3", "CRASH"),
+)

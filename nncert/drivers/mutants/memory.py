@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nncert.drivers.memory_domain import MemoryDomain
-from nncert.drivers.mutants import MutantDriver
+from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.drivers.reference import ReferenceDriver
 
 
@@ -13,3 +13,6 @@ class IgnoresRoles(MutantDriver):
 
     name = "ignores_roles"
     memory_domain = MemoryDomain(ReferenceDriver.memory_domain.model_of, check_roles=False)
+
+
+MUTANT_INFO = (MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nncert.drivers.base import Deadline, PreparedModel
-from nncert.drivers.mutants import MutantDriver, MutantPreparedModel
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ExecutionPreference, MeasureTiming, Priority
 from nncert.ops.interpreter import current_budget, execution_budget
@@ -48,3 +48,9 @@ class EndlessWhile(MutantDriver):
                 return super().compute(inputs)
 
     prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
+    MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
+)
