@@ -135,8 +135,11 @@ class ExecutionCallback:
     def __init__(self) -> None:
         self._done = threading.Event()
         self._result = ExecutionResult(ErrorStatus.GENERAL_FAILURE, message="not notified")
+        #: How many times the driver notified: exactly once per execution (EXE-1).
+        self.notifications = 0
 
     def notify(self, result: ExecutionResult) -> None:
+        self.notifications += 1
         self._result = result
         self._done.set()
 
@@ -414,6 +417,16 @@ class Driver:
     def close(self) -> None:
         """Release the driver (a hosted driver stops its service)."""
 
+    # -- introspection for DRV-5 (not HAL calls) --
+    def held_resources(self) -> dict[str, int]:
+        """What the driver holds outside the calling process, by name: the DRV-5 checks take
+        it before and after preparing and releasing many models, and every figure must come
+        back to its level. An in-process driver holds nothing outside the process (the suite
+        measures the process itself: ``process_resources``); a hosted driver reports its
+        service's descriptors, threads and memory, and how many of the prepared models,
+        bursts and buffers it handed over are still alive."""
+        return {}
+
     # -- health (a driver hosted in another process can die; DriverFault) --
     def alive(self) -> bool:
         """False once the driver's process has died or was killed for a hang: every call on
@@ -426,6 +439,23 @@ class Driver:
     def fault(self) -> DriverFault | None:
         """How the driver died (CRASH or HANG), once ``alive()`` is False."""
         return None
+
+
+def process_resources(pid: int | None = None, prefix: str = "") -> dict[str, int]:
+    """Open descriptors, threads and resident memory (KiB) of process ``pid`` (this one by
+    default), as the kernel reports them (/proc), each name led by ``prefix``; {} where /proc
+    cannot say (another system, a process that is gone)."""
+    where = f"/proc/{pid or 'self'}"
+    try:
+        descriptors = len(os.listdir(f"{where}/fd"))
+        with open(f"{where}/status") as f:
+            status = dict(line.split(":", 1) for line in f if ":" in line)
+        threads, rss = int(status["Threads"]), int(status["VmRSS"].split()[0])
+    except (OSError, KeyError, ValueError, IndexError):
+        return {}
+    if pid is None or pid == os.getpid():
+        descriptors -= 1  # the listing's own descriptor
+    return {f"{prefix}descriptors": descriptors, f"{prefix}threads": threads, f"{prefix}memory_kib": rss}
 
 
 def timing_for(measure: MeasureTiming | int, start_ns: int, device_ns: int) -> Timing:
@@ -453,5 +483,6 @@ __all__ = [
     "SyncFence",
     "check_deadline",
     "check_preparation",
+    "process_resources",
     "timing_for",
 ]

@@ -9,7 +9,15 @@ from typing import NoReturn
 import numpy as np
 import pytest
 
-from nncert.drivers.base import Deadline, Driver, PreparedModel, SyncFence, hang_timeout
+from nncert.drivers.base import (
+    Deadline,
+    Driver,
+    FencedExecutionCallback,
+    FencedExecutionInfo,
+    PreparedModel,
+    SyncFence,
+    hang_timeout,
+)
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError, ValidationError
 from nncert.hal.model import Model, OutputShape, Request, Timing
@@ -39,8 +47,7 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
         # An already signalled wait-for fence: the driver's real fence path, not the shortcut.
         fence, callback = prepared.execute_fenced(request, [SyncFence.signalled()], measure, deadline,
                                                   loop_timeout)
-        wait_fence(fence)
-        info = callback.get_execution_info()
+        info = fenced_info(fence, callback)
         if info.status is not ErrorStatus.NONE:
             raise HalError(info.status, info.message or "fenced execution failed")
         return [], info.timing_launched
@@ -70,6 +77,28 @@ def status_of(call: Callable[[], object]) -> ErrorStatus:
     except HalError as e:
         return e.status
     return ErrorStatus.NONE
+
+
+def run_fenced(prepared: PreparedModel, request: Request, wait_for: Sequence[SyncFence] = (),
+               measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+               loop_timeout: int | None = None,
+               timeout_after_fence: int | None = None) -> FencedExecutionInfo:
+    """A fenced execution followed to its end: its status and both timings (EXE-1, EXE-8).
+    A failure the call raises at once (it may, with nothing to wait for) becomes the status."""
+    try:
+        fence, callback = prepared.execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                                  timeout_after_fence)
+    except DriverFault:
+        raise
+    except HalError as e:
+        return FencedExecutionInfo(e.status, message=e.message)
+    return fenced_info(fence, callback)
+
+
+def fenced_info(fence: SyncFence | None, callback: FencedExecutionCallback) -> FencedExecutionInfo:
+    """What a fenced execution's callback says once its fence is signalled (EXE-8)."""
+    wait_fence(fence)
+    return callback.get_execution_info()
 
 
 def wait_fence(fence: SyncFence | None) -> None:

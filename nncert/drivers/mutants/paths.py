@@ -1,0 +1,173 @@
+"""Mutants that go wrong off the happy path of execution: several wait-for fences, fenced
+timing, and state kept inside a prepared model that is run many times, or from several threads
+at once (EXE-1, EXE-4, EXE-8, EXE-9, DRV-4). Each runs a single request right, so a suite that
+prepares a model, runs it once and checks the answer cannot see them."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from nncert.drivers.base import Deadline
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.model import Operation, OutputShape, Request, Timing
+from nncert.hal.types import MeasureTiming, OperationType
+from nncert.ops.control_flow import referenced_subgraph
+from nncert.ops.interpreter import run_model
+
+
+class FirstFenceOnly(MutantDriver):
+    """A fenced execution hands only the first of its wait-for fences to the device queue:
+    it starts as soon as that one is signalled, whatever the others say."""
+
+    name = "first_fence_only"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request, wait_for=(), measure=MeasureTiming.NO, deadline=None,
+                           loop_timeout=None, timeout_after_fence=None):
+            return super().execute_fenced(request, list(wait_for)[:1], measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
+class FastPathTiming(MutantDriver):
+    """A fenced execution with nothing to wait for takes a fast path that always measures:
+    it reports launched and fenced timings although the caller did not ask for them."""
+
+    name = "fast_path_timing"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request, wait_for=(), measure=MeasureTiming.NO, deadline=None,
+                           loop_timeout=None, timeout_after_fence=None):
+            if not wait_for:
+                measure = MeasureTiming.YES
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
+class IfBranchCache(MutantDriver):
+    """A prepared model specialises an IF whose condition is a model input to the branch its
+    first execution took (a tracing compiler that folds the condition it saw): later
+    executions run that branch whatever their condition."""
+
+    name = "if_branch_cache"
+
+    class Prepared(MutantPreparedModel):
+        condition: np.ndarray | None = None
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            main = self.model.main
+            ifs = [op for op in main.operations if op.type is OperationType.IF
+                   and op.inputs[0] in main.input_indexes]
+            if ifs:
+                pos = main.input_indexes.index(ifs[0].inputs[0])
+                if self.condition is None:
+                    self.condition = np.array(inputs[pos], copy=True)
+                else:
+                    inputs = [self.condition if p == pos else x for p, x in enumerate(inputs)]
+            return super().compute(inputs)
+
+    prepared_class = Prepared
+
+
+class WhileTripCache(MutantDriver):
+    """A prepared model unrolls its WHILE loop to the trip count of its first successful
+    execution: later executions run the body that many times whatever the condition says."""
+
+    name = "while_trip_cache"
+
+    class Prepared(MutantPreparedModel):
+        trips: int | None = None
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            loop = next((op for op in self.model.main.operations if op.type is OperationType.WHILE), None)
+            if loop is None:
+                return super().compute(inputs)
+            decide = _producer(referenced_subgraph(self.model, self.model.main, loop.inputs[0]))
+            evaluated = 0
+
+            def unrolled(n, op, operands, values, outputs, results):
+                nonlocal evaluated
+                if op is decide:
+                    if self.trips is not None:
+                        results = [np.full_like(results[0], evaluated < self.trips)]
+                    evaluated += 1
+                return results
+
+            outputs = run_model(self.model, inputs, unrolled)
+            if self.trips is None:
+                self.trips = evaluated - 1
+            return outputs
+
+    prepared_class = Prepared
+
+
+def _producer(subgraph) -> Operation:
+    """The operation of ``subgraph`` that writes its first output (a WHILE condition's)."""
+    return next(op for op in subgraph.operations if subgraph.output_indexes[0] in op.outputs)
+
+
+class ShapeCacheByFirstInput(MutantDriver):
+    """Output shapes are kept per compiled variant, and the variants of a model with unknown
+    dimensions are keyed by the shape of its first input only: a request that changes
+    another input's shape (or only a value the shape depends on) is told the shapes of an
+    earlier one. The output values are right."""
+
+    name = "shape_cache_by_first_input"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model, driver) -> None:
+            super().__init__(model, driver)
+            self.shapes: dict[tuple[int, ...], list[OutputShape]] = {}
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            main = self.model.main
+            if all(main.operands[i].fully_specified for i in main.output_indexes):
+                return shapes, timing
+            first = request.inputs[0].dimensions or main.operands[main.input_indexes[0]].dimensions
+            cached = self.shapes.setdefault(tuple(first), shapes)
+            return [OutputShape(s.dimensions, s.is_sufficient) for s in cached], timing
+
+    prepared_class = Prepared
+
+
+#: How long the shared staging buffer is held between writing and reading it: long enough
+#: that two executions started together always overlap there.
+STAGING_S = 0.01
+
+
+class SharedStaging(MutantDriver):
+    """A prepared model stages every execution's inputs in one buffer of its own, allocated
+    at preparation, with no lock: two executions running at once on the same prepared model
+    read each other's inputs (the staging copy takes STAGING_S)."""
+
+    name = "shared_staging"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model, driver) -> None:
+            super().__init__(model, driver)
+            self.staging: list[np.ndarray | None] = []
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            self.staging[:] = [None if x is None else np.array(x, copy=True) for x in inputs]
+            time.sleep(STAGING_S)  # the copy to the device
+            return super().compute(list(self.staging))
+
+    prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(FirstFenceOnly, "EXE-1", suite="test_execution.py", args=("-k", "fence")),
+    MutantInfo(FastPathTiming, "EXE-8", suite="test_execution.py", args=("-k", "fenced")),
+    MutantInfo(IfBranchCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "if")),
+    MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
+    MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py"),
+    MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py"),
+)
