@@ -557,3 +557,66 @@ def test_tampering_while_the_driver_is_down(request, caching_driver, tmp_path):
         _check_runs(model, prepared, "CACHE-4: prepared from cache after a restart")
     finally:
         second.close()
+
+
+@pytest.mark.req("CACHE-6")
+@pytest.mark.parametrize("pair", list(PAIRS))
+def test_token_collision(caching_driver, tmp_path, pair):
+    """Two models saved under one token (a collision nobody can detect): every later call
+    returns a status or a prepared model, never a crash; a model prepared from either cache
+    runs (its values may be wrong), and the last one saved is still prepared as compiled."""
+    type_ = PAIRS[pair]
+    first, second = _chain_model(OperationType.ADD, type_), _chain_model(OperationType.MUL, type_)
+    _supported_or_skip(caching_driver, first, second)
+    token = _token()
+    first_files = CacheFiles(tmp_path, caching_driver, "-first")
+    second_files = CacheFiles(tmp_path, caching_driver, "-second")
+    try:
+        _save(caching_driver, first, first_files, token)
+        prepared = _save(caching_driver, second, second_files, token)
+        _check_runs(second, prepared, "CACHE-6: the second model saved under a colliding token")
+        for model, files in ((first, first_files), (second, second_files)):
+            status, cached = _from_cache(caching_driver, files, token)
+            if status is ErrorStatus.NONE:
+                try:
+                    _outputs(model, cached)
+                except HalError as e:
+                    assert e.status is not ErrorStatus.NONE
+    except HalError:
+        raise
+    except Exception as e:  # anything but a status is the driver dying
+        pytest.fail(f"CACHE-6: a token collision crashed the driver: {type(e).__name__}: {e}")
+
+
+@pytest.mark.req("CACHE-7")
+def test_concurrent_preparations_of_two_models(caching_driver, tmp_path):
+    """Two threads each save and prepare from cache their own model (an ADD chain and a MUL
+    chain) under their own token at the same time: every model prepared from cache computes
+    its own model, never the other thread's."""
+    models = {"add": _chain_model(OperationType.ADD), "mul": _chain_model(OperationType.MUL)}
+    _supported_or_skip(caching_driver, *models.values())
+    problems: list[str] = []
+
+    def work(name: str) -> None:
+        model, token = models[name], _token()
+        files = CacheFiles(tmp_path, caching_driver, f"-{name}")
+        golden = _golden(model)
+        for round_ in range(10):
+            try:
+                with files.open() as (model_fds, data_fds):
+                    caching_driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
+                                                 token=token)
+                status, prepared = _from_cache(caching_driver, files, token)
+                if status is ErrorStatus.NONE and not all(
+                        np.array_equal(g, e) for g, e in zip(_outputs(model, prepared), golden, strict=True)):
+                    problems.append(f"round {round_}: the {name} model prepared from its cache computed "
+                                    f"another model")
+            except Exception as e:
+                problems.append(f"round {round_}, {name}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not problems, f"CACHE-7: {problems[0]}"

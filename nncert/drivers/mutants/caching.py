@@ -1,8 +1,9 @@
-"""Compilation-caching mutants: the reference driver with a faulty cache (CACHE-4, CACHE-5).
-conformance/test_caching.py must catch both."""
+"""Compilation-caching mutants: the reference driver with a faulty cache (CACHE-1..7).
+conformance/test_caching.py must catch every one."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
@@ -69,10 +70,128 @@ class HashesFile(MutantDriver):
                                       caching.read_file(data_cache[0]))
 
 
-__all__ = ["HashesFile", "TrustsCache"]
+class WritesAtPosition(MutantDriver):
+    """Writes the cache files at each descriptor's current position (os.write) instead of from
+    offset 0, and never truncates them: a file handed over with bytes in it, or an fd not at
+    its start, holds a cache that no longer matches its hash (CACHE-1)."""
+
+    name = "writes_at_position"
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        if token is None or caching.bad_arguments(self, model_cache, data_cache, token) is not None:
+            return prepared
+        model_bytes, data_bytes = self.export_compiled(prepared)
+        store = caching.token_store(self)
+        try:
+            store.drop(token)
+            for fds, data in ((model_cache, model_bytes), (data_cache, data_bytes)):
+                for fd in fds:
+                    os.write(fd, data)
+            store.put(token, caching.digest(model_bytes))
+        except OSError:
+            pass
+        return prepared
+
+
+class FirstHandlesOnly(MutantDriver):
+    """Takes as many cache handles as it needs from the front of each list and ignores the
+    rest: a call with too many model or data cache files is not refused (CACHE-2)."""
+
+    name = "first_handles_only"
+
+    def _trim(self, model_cache: Sequence[int], data_cache: Sequence[int]) -> tuple[list[int], list[int]]:
+        n_model, n_data = self.number_of_cache_files_needed()
+        return list(model_cache)[:n_model], list(data_cache)[:n_data]
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        return super().save_to_cache(prepared, *self._trim(model_cache, data_cache), token)
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        return super().prepare_model_from_cache(deadline, *self._trim(model_cache, data_cache), token)
+
+
+class AssertsDataCache(MutantDriver):
+    """Keeps a checksum of each data cache it wrote and asserts it on loading: a tampered data
+    cache kills the driver (an assertion) where at worst wrong values are allowed (CACHE-3)."""
+
+    name = "asserts_data_cache"
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        prepared = super().save_to_cache(prepared, model_cache, data_cache, token)
+        if token is not None and data_cache:
+            try:
+                self._data_sums()[bytes(token)] = caching.digest(caching.read_file(data_cache[0]))
+            except HalError:
+                pass
+        return prepared
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        prepared = super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
+        expected = self._data_sums().get(bytes(token))
+        if expected is not None:
+            assert caching.digest(caching.read_file(data_cache[0])) == expected, "data cache checksum"
+        return prepared
+
+    def _data_sums(self) -> dict[bytes, bytes]:
+        if not hasattr(self, "_sums"):
+            self._sums: dict[bytes, bytes] = {}
+        return self._sums
+
+
+class AssertsUniqueToken(MutantDriver):
+    """Asserts that a token always names the same model: saving another model under a token
+    already used (a collision, which the driver cannot rule out) kills it (CACHE-6)."""
+
+    name = "asserts_unique_token"
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        if token is not None and caching.bad_arguments(self, model_cache, data_cache, token) is None:
+            if not hasattr(self, "_models"):
+                self._models: dict[bytes, bytes] = {}
+            model_hash = caching.digest(self.export_compiled(prepared)[0])
+            known = self._models.setdefault(bytes(token), model_hash)
+            assert known == model_hash, "the token names another model"
+        return super().save_to_cache(prepared, model_cache, data_cache, token)
+
+
+class SharedScratch(MutantDriver):
+    """Reads a model cache into one scratch buffer per driver (no lock), checks its hash, then
+    compiles from the scratch buffer after a compiler's pause: two preparations from cache at
+    once can compile the other's model (CACHE-7)."""
+
+    name = "shared_scratch"
+    PAUSE_S = 0.01
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self._scratch = [b"", b""]
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        _check_arguments(self, model_cache, data_cache, token, deadline)
+        self._scratch[:] = [caching.read_file(model_cache[0]), caching.read_file(data_cache[0])]
+        if caching.token_store(self).get(token) != caching.digest(self._scratch[0]):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the model cache does not match its token's hash")
+        time.sleep(self.PAUSE_S)
+        return caching.import_checked(self, *self._scratch)
+
+
+__all__ = ["AssertsDataCache", "AssertsUniqueToken", "FirstHandlesOnly", "HashesFile", "SharedScratch",
+           "TrustsCache", "WritesAtPosition"]
 
 
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
+    MutantInfo(WritesAtPosition, "CACHE-1", suite="test_caching.py", args=("-k", "save_and_retrieve")),
+    MutantInfo(FirstHandlesOnly, "CACHE-2", suite="test_caching.py", args=("-k", "wrong_number")),
+    MutantInfo(AssertsDataCache, "CACHE-3", suite="test_caching.py", args=("-k", "corrupted_data_cache")),
+    MutantInfo(AssertsUniqueToken, "CACHE-6", suite="test_caching.py", args=("-k", "collision")),
+    MutantInfo(SharedScratch, "CACHE-7", suite="test_caching.py", args=("-k", "concurrent")),
 )

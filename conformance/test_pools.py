@@ -1,0 +1,273 @@
+"""Request memory and constants: where the driver reads and writes (EXE-2, EXE-5, MEM-1..3),
+and the memories of a burst (BURST-1, BURST-2).
+
+A request's data is row-major, first dimension slowest, with no padding at the end of a row
+(EXE-2), at the offset its argument names in its pool (MEM-2): these tests pack every input
+and output of a request back to back in ONE pool, between guard bytes, so that a driver that
+pads rows, transposes, ignores an offset or writes past an output's length changes a value
+or a guard byte. Constants live in operandValues (CONSTANT_COPY) and in pools
+(CONSTANT_REFERENCE, MEM-1), several to a pool at their offsets; every pool kind of MEM-3
+carries them. Shapes are odd and asymmetric so that no row is 16 bytes long and no
+transposition goes unseen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.errors import HalError
+from nncert.hal.memory import KINDS, Memory
+from nncert.hal.model import DataLocation, Model, Request, RequestArgument, dtype_of
+from nncert.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
+from nncert.ops.interpreter import run_model
+from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip
+
+T = OperandType
+L = OperandLifeTime
+#: Bytes before, between and after the request's arguments, which nobody may write.
+GUARD = 8
+GUARD_BYTE = 0xA5
+#: name -> (type, scale, zero point, dimensions): odd, asymmetric shapes of every itemsize.
+TYPES = {
+    "float32": (T.TENSOR_FLOAT32, 0.0, 0, (3, 5, 7)),
+    "float16": (T.TENSOR_FLOAT16, 0.0, 0, (2, 3, 5)),
+    "quant8": (T.TENSOR_QUANT8_ASYMM, 0.5, 100, (3, 7)),
+    "int32": (T.TENSOR_INT32, 0.0, 0, (5, 3)),
+}
+#: Fenced executions report no output shapes: the tests that need them leave it out.
+SHAPE_PATHS = [p for p in PATHS if p != "fenced"]
+
+
+def _two_output_model(name: str, dims=None) -> Model:
+    """out0 = x + y, out1 = x + x: two inputs and two outputs of one type."""
+    t, scale, zero_point, shape = TYPES[name]
+    dims = shape if dims is None else dims
+    b = ModelBuilder()
+    act = b.constant(T.INT32, 0)
+    x, y = b.operand(t, dims, scale, zero_point), b.operand(t, dims, scale, zero_point)
+    out0, out1 = b.operand(t, dims, scale * 2, zero_point), b.operand(t, dims, scale * 2, zero_point)
+    b.operation(OperationType.ADD, [x, y, act], [out0])
+    b.operation(OperationType.ADD, [x, x, act], [out1])
+    return b.build([x, y], [out0, out1])
+
+
+def _feeds(name: str, seed: int, dims=None) -> list[np.ndarray]:
+    t, _, _, shape = TYPES[name]
+    dims = shape if dims is None else dims
+    rng = np.random.default_rng(seed)
+    if t.is_float:
+        return [rng.uniform(-2, 2, dims).astype(dtype_of(t)) for _ in range(2)]
+    if t is T.TENSOR_INT32:
+        return [rng.integers(-1000, 1000, dims).astype(np.int32) for _ in range(2)]
+    return [rng.integers(0, 256, dims).astype(np.uint8) for _ in range(2)]
+
+
+def _packed_request(model: Model, feeds: list[np.ndarray], kind: str = "ashmem"
+                    ) -> tuple[Request, list[tuple[int, int]]]:
+    """Inputs then outputs back to back in one pool of ``kind``, a guard before, between the
+    inputs and the outputs, and after; returns the request and the guards' (offset, length)."""
+    sg = model.main
+    sizes = [f.nbytes for f in feeds]
+    sizes += [int(np.prod(sg.operands[i].dimensions)) * dtype_of(sg.operands[i].type).itemsize
+              for i in sg.output_indexes]
+    guards, locations, at = [], [], 0
+    for n, size in enumerate(sizes):
+        if n in (0, len(feeds)):
+            guards.append((at, GUARD))
+            at += GUARD
+        locations.append(DataLocation(0, at, size))
+        at += size
+    guards.append((at, GUARD))
+    pool = Memory.create(at + GUARD, kind)
+    view = pool.view()
+    view[:] = bytes([GUARD_BYTE]) * len(view)
+    for loc, feed in zip(locations, feeds, strict=False):
+        view[loc.offset:loc.offset + loc.length] = feed.tobytes()
+    args = [RequestArgument(False, loc, ()) for loc in locations]
+    return Request(args[:len(feeds)], args[len(feeds):], [pool]), guards
+
+
+def _check_packed(model: Model, request: Request, guards, feeds: list[np.ndarray], what: str) -> None:
+    view = request.pools[0].view()
+    for offset, length in guards:
+        if bytes(view[offset:offset + length]) != bytes([GUARD_BYTE]) * length:
+            pytest.fail(f"EXE-2: {what}: the driver wrote bytes [{offset}, {offset + length}) that lie "
+                        f"outside every output (rows padded, or an output written past its length)")
+    for i, (arg, feed) in enumerate(zip(request.inputs, feeds, strict=True)):
+        loc = arg.location
+        if bytes(view[loc.offset:loc.offset + loc.length]) != feed.tobytes():
+            pytest.fail(f"EXE-2: {what}: the driver changed input {i} in its pool")
+    expected = run_model(model, feeds)
+    actual = read_outputs(model, request, [e.shape for e in expected])
+    try:
+        check_outputs(expected, actual, model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"EXE-2, MEM-2: {what}: outputs read row-major from their offsets are wrong "
+                    f"(padded or transposed rows, or an offset ignored): {e}")
+
+
+@pytest.mark.req("EXE-2", "MEM-2", "MEM-3")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", TYPES)
+def test_request_data_is_row_major_and_packed(driver, name, kind):
+    """Every argument at its own offset of one shared pool, rows unpadded, nothing written
+    outside the outputs."""
+    model = _two_output_model(name)
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds(name, 1)
+    request, guards = _packed_request(model, feeds, kind)
+    execute(prepared, request)
+    _check_packed(model, request, guards, feeds, f"{name} in one {kind} pool")
+
+
+@pytest.mark.req("EXE-2", "MEM-2")
+@pytest.mark.parametrize("path", PATHS)
+def test_row_major_and_packed_on_every_path(driver, path):
+    name = "float32"
+    model = _two_output_model(name)
+    prepared = prepare_or_skip(driver, model)
+    for seed in (2, 3):
+        feeds = _feeds(name, seed)
+        request, guards = _packed_request(model, feeds)
+        execute(prepared, request, path)
+        _check_packed(model, request, guards, feeds, f"{path} execution, seed {seed}")
+
+
+# -- constants (MEM-1, MEM-3) ------------------------------------------------------------------
+
+CONST_DIMS = (4, 9)  # 144 float32 bytes: more than CONSTANT_COPY takes
+
+
+def _constants_model(kind: str) -> Model:
+    """x + big0 + big1 + small0 + small1 + big2: three CONSTANT_REFERENCE tensors in one pool of
+    ``kind`` at offsets 0, 144 and 288, two CONSTANT_COPY vectors at non-zero offsets of
+    operandValues (after the activation scalar)."""
+    rng = np.random.default_rng(4)
+    b = ModelBuilder(kind)
+    act = b.constant(T.INT32, 0)
+    x = cur = b.operand(T.TENSOR_FLOAT32, CONST_DIMS)
+    values = [rng.uniform(-2, 2, CONST_DIMS), rng.uniform(-2, 2, CONST_DIMS),
+              rng.uniform(-2, 2, CONST_DIMS[-1:]), rng.uniform(-2, 2, CONST_DIMS[-1:]),
+              rng.uniform(-2, 2, CONST_DIMS)]
+    for value in values:
+        value = value.astype(np.float32)
+        nxt = b.operand(T.TENSOR_FLOAT32, CONST_DIMS)
+        b.operation(OperationType.ADD, [cur, b.constant(T.TENSOR_FLOAT32, value), act], [nxt])
+        cur = nxt
+    return b.build([x], [cur])
+
+
+@pytest.mark.req("MEM-1", "MEM-3")
+@pytest.mark.parametrize("kind", KINDS)
+def test_constants_at_their_offsets(driver, kind):
+    model = _constants_model(kind)
+    copies = [o for o in model.main.operands if o.lifetime is L.CONSTANT_COPY and o.location.offset]
+    refs = [o for o in model.main.operands if o.lifetime is L.CONSTANT_REFERENCE]
+    assert len(copies) >= 2 and len({o.location.offset for o in refs}) == 3, "laid out as documented"
+    prepared = prepare_or_skip(driver, model)
+    for seed in (5, 6):  # a second run: constants read once and kept must still be right
+        x = np.random.default_rng(seed).uniform(-2, 2, CONST_DIMS).astype(np.float32)
+        request = build_request(model, [x], pool_kind=kind)
+        execute(prepared, request)
+        expected = run_model(model, [x])
+        try:
+            check_outputs(expected, read_outputs(model, request, [CONST_DIMS]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"MEM-1: constants in operandValues and a {kind} pool, run {seed - 4}: {e}")
+
+
+# -- output buffers too small (EXE-5) -----------------------------------------------------------
+
+@pytest.mark.req("EXE-5")
+@pytest.mark.parametrize("path", SHAPE_PATHS)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["known", "unknown"])
+@pytest.mark.parametrize("small", [0, 1], ids=["output0", "output1"])
+def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
+    """Two outputs of different sizes, one buffer an element short: OUTPUT_INSUFFICIENT_SIZE,
+    that output and no other marked, every shape reported in full where the model knows it
+    (and in full or 0 per dimension where it does not)."""
+    b = ModelBuilder()
+    dims0, dims1 = (3, 5), (2, 7)
+    x0, y0 = b.operand(T.TENSOR_FLOAT32, dims0), b.operand(T.TENSOR_FLOAT32, dims0)
+    x1 = b.operand(T.TENSOR_FLOAT32, dims1)
+    unknown = (0, 0) if dynamic else None
+    out0, out1 = b.operand(T.TENSOR_FLOAT32, unknown or dims0), b.operand(T.TENSOR_FLOAT32, unknown or dims1)
+    act = b.constant(T.INT32, 0)
+    b.operation(OperationType.ADD, [x0, y0, act], [out0])
+    b.operation(OperationType.MUL, [x1, x1, act], [out1])
+    model = b.build([x0, y0, x1], [out0, out1])
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(7)
+    feeds = [rng.uniform(-2, 2, d).astype(np.float32) for d in (dims0, dims0, dims1)]
+    request = build_request(model, feeds, [dims0, dims1], output_shrink={small: 4})
+    with pytest.raises(HalError) as info:
+        execute(prepared, request, path)
+    err = info.value
+    assert err.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
+        f"EXE-5: output {small} one element short gave {err.status.name}, expected OUTPUT_INSUFFICIENT_SIZE"
+    assert len(err.output_shapes) == 2, f"EXE-5: {len(err.output_shapes)} output shapes for 2 outputs"
+    for i, (shape, want) in enumerate(zip(err.output_shapes, (dims0, dims1), strict=True)):
+        assert shape.is_sufficient is (i != small), \
+            f"EXE-5: output {i} marked {'sufficient' if shape.is_sufficient else 'insufficient'}; only " \
+            f"output {small} is too small"
+        got = tuple(shape.dimensions)
+        ok = got == want if not dynamic else \
+            len(got) == len(want) and all(g in (0, w) for g, w in zip(got, want, strict=True))
+        assert ok, f"EXE-5: output {i} shape {list(got)} reported, expected {list(want)}" + \
+            (" (0 where unknown)" if dynamic else " (the model gives it in full)")
+
+
+# -- bursts (BURST-1, BURST-2) -------------------------------------------------------------------
+
+def _binary_model(op: OperationType, dims=(2, 3)) -> Model:
+    b = ModelBuilder()
+    x, y, out = (b.operand(T.TENSOR_FLOAT32, dims) for _ in range(3))
+    b.operation(op, [x, y, b.constant(T.INT32, 0)], [out])
+    return b.build([x, y], [out])
+
+
+@pytest.mark.req("BURST-1", "DRV-4")
+def test_bursts_of_two_prepared_models(driver):
+    """A burst belongs to its own prepared model: the bursts of two prepared models, used in
+    turns, each run their own model, and one burst outlives the other."""
+    models = {"ADD": _binary_model(OperationType.ADD), "MUL": _binary_model(OperationType.MUL)}
+    prepared = {name: prepare_or_skip(driver, m) for name, m in models.items()}
+    bursts = {name: p.configure_execution_burst() for name, p in prepared.items()}
+    rng = np.random.default_rng(8)
+    for turn, name in enumerate(("ADD", "MUL", "ADD", "MUL", "ADD")):
+        if turn == 4:
+            del bursts["MUL"]
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(models[name], [x, y])
+        bursts[name].execute(request, [2 * turn, 2 * turn + 1])
+        try:
+            check_outputs(run_model(models[name], [x, y]), read_outputs(models[name], request, [(2, 3)]),
+                          models[name])
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-1: turn {turn}: the burst of the {name} model: {e}")
+
+
+@pytest.mark.req("BURST-2")
+@pytest.mark.parametrize("kind", KINDS)
+def test_burst_slot_reads_new_contents_of_its_memory(driver, kind):
+    """A slot names a memory, not its contents: the same input and output memories on the same
+    slots, with new input bytes each run, give each run's own result (BURST-2)."""
+    model = _binary_model(OperationType.ADD, (3, 5))
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(9)
+    request = None
+    for run in range(3):
+        x, y = (rng.uniform(-2, 2, (3, 5)).astype(np.float32) for _ in range(2))
+        fresh = build_request(model, [x, y], pool_kind=kind)
+        if request is None:
+            request = fresh
+        else:
+            request.pools[0].view()[:] = fresh.pools[0].view()
+        burst.execute(request, [0, 1])
+        try:
+            check_outputs([x + y], read_outputs(model, request, [(3, 5)]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-2: run {run} on the same {kind} memories: {e}")

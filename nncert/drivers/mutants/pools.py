@@ -1,0 +1,133 @@
+"""Mutants that get request and constant memory wrong (EXE-2, MEM-1..3): each reads or
+writes the right pool at the wrong place. conformance/test_pools.py must catch them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.memory import Memory, MmapFdMemory
+from nncert.hal.model import Model, OutputShape, Request, Timing, dtype_of
+from nncert.hal.types import MeasureTiming, OperandLifeTime
+
+#: The row stride of PaddedRows's output DMA, in bytes.
+ROW_ALIGN = 16
+
+
+class PaddedRows(MutantDriver):
+    """Writes every output of rank 2 or more with its rows at a 16-byte stride (an NPU's DMA
+    alignment), cut at the end of the output's buffer: right wherever a row is a multiple of
+    16 bytes long, shifted everywhere else (EXE-2)."""
+
+    name = "padded_rows"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            sg = self.model.main
+            for idx, arg, shape in zip(sg.output_indexes, request.outputs, shapes, strict=True):
+                dims = tuple(shape.dimensions)
+                pool = request.pools[arg.location.pool_index]
+                if len(dims) < 2 or not isinstance(pool, Memory):
+                    continue
+                row = dims[-1] * dtype_of(sg.operands[idx].type).itemsize
+                stride = -(-row // ROW_ALIGN) * ROW_ALIGN
+                if stride == row or not row:
+                    continue
+                loc = arg.location
+                view = pool.view()[loc.offset:loc.offset + loc.length]
+                packed = bytes(view[:row * (len(view) // row)])
+                padded = bytearray(len(view))
+                for r in range(len(packed) // row):
+                    at = r * stride
+                    if at >= len(padded):
+                        break
+                    chunk = packed[r * row:(r + 1) * row][:len(padded) - at]
+                    padded[at:at + len(chunk)] = chunk
+                view[:] = padded
+            return shapes, timing
+
+    prepared_class = Prepared
+
+
+class ConstantsAtPoolStart(MutantDriver):
+    """Reads every CONSTANT_REFERENCE operand from the start of its pool, ignoring the
+    location's offset: the first constant of a pool is right, the others hold its bytes
+    (MEM-1)."""
+
+    name = "constants_at_pool_start"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model: Model, driver: MutantDriver) -> None:
+            super().__init__(model, driver)
+            for sg in (model.main, *model.referenced):
+                for operand in sg.operands:
+                    if operand.lifetime is OperandLifeTime.CONSTANT_REFERENCE:
+                        operand.location = dataclasses.replace(operand.location, offset=0)
+
+    prepared_class = Prepared
+
+
+class InputsAtPoolStart(MutantDriver):
+    """Reads every request input from the start of its pool, ignoring the argument's offset:
+    a request whose inputs share one pool gives each the first input's bytes (MEM-2)."""
+
+    name = "inputs_at_pool_start"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            inputs = [dataclasses.replace(a, location=dataclasses.replace(a.location, offset=0))
+                      if isinstance(request.pools[a.location.pool_index], Memory) and not a.has_no_value
+                      else a for a in request.inputs]
+            return super().execute_synchronously(Request(inputs, request.outputs, request.pools), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+def _from_file_start(pool: object) -> object:
+    """An mmap_fd pool mapped from the start of its file, as a driver that drops the offset of
+    the memory it received does; any other pool as it is."""
+    if isinstance(pool, MmapFdMemory) and pool.size:
+        return MmapFdMemory(os.dup(pool.fd), pool.size, 0)
+    return pool
+
+
+class MmapFdAtFileStart(MutantDriver):
+    """Maps an mmap_fd pool (a file mapped at an offset) from the start of its file: every
+    byte of such a pool, constant, input or output, is read and written 3 bytes early (MEM-3).
+    ashmem and hardware_buffer_blob pools are right."""
+
+    name = "mmap_fd_at_file_start"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model: Model, driver: MutantDriver) -> None:
+            super().__init__(model, driver)
+            model.pools = [_from_file_start(p) for p in model.pools]
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            pools = [_from_file_start(p) for p in request.pools]
+            try:
+                return super().execute_synchronously(Request(request.inputs, request.outputs, pools),
+                                                     measure, deadline, loop_timeout)
+            finally:
+                for mine, theirs in zip(pools, request.pools, strict=True):
+                    if mine is not theirs:
+                        mine.close()
+
+    prepared_class = Prepared
+
+
+__all__ = ["ConstantsAtPoolStart", "InputsAtPoolStart", "MmapFdAtFileStart", "PaddedRows"]
+
+
+MUTANT_INFO = (
+    MutantInfo(PaddedRows, "EXE-2", suite="test_pools.py", args=("-k", "row_major")),
+    MutantInfo(ConstantsAtPoolStart, "MEM-1", suite="test_pools.py", args=("-k", "constants")),
+    MutantInfo(InputsAtPoolStart, "MEM-2", suite="test_pools.py", args=("-k", "row_major")),
+    MutantInfo(MmapFdAtFileStart, "MEM-3", suite="test_pools.py", args=("-k", "mmap_fd and not burst")),
+)

@@ -1,0 +1,87 @@
+"""Mutants that get shapes wrong: unknown dimensions at compile time (DRV-3) and at execution
+(EXE-6), and the output shapes of OUTPUT_INSUFFICIENT_SIZE (EXE-5)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
+from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+
+
+class StaticShapesOnly(MutantDriver):
+    """Claims every operation in supported_operations, then refuses to compile a model with an
+    operand of unknown dimensions (its compiler plans every tensor's memory up front): a claimed
+    model that fails to prepare (DRV-3)."""
+
+    name = "static_shapes_only"
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
+                                         token)
+        for idx, operand in enumerate(model.main.operands):
+            if operand.type.is_tensor and not operand.fully_specified:
+                raise HalError(ErrorStatus.GENERAL_FAILURE,
+                               f"operand {idx}: dimensions {operand.dimensions} must be known to compile")
+        return prepared
+
+
+class FirstShapesKept(MutantDriver):
+    """Fixes the unknown dimensions of a prepared model at its first execution (it plans its
+    internal buffers for the first request's shapes): a later request whose inputs have other
+    dimensions fails with GENERAL_FAILURE (EXE-6)."""
+
+    name = "first_shapes_kept"
+
+    class Prepared(MutantPreparedModel):
+        planned: tuple | None = None
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            shapes = tuple(tuple(a.dimensions) for a in request.inputs)
+            if any(shapes):
+                if self.planned is None:
+                    self.planned = shapes
+                elif shapes != self.planned:
+                    raise HalError(ErrorStatus.GENERAL_FAILURE,
+                                   f"input dimensions {shapes} differ from the planned {self.planned}")
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+class InsufficientUnmarked(MutantDriver):
+    """Fails a too-small output with OUTPUT_INSUFFICIENT_SIZE but marks every output shape
+    sufficient: the caller cannot tell which buffer to grow (EXE-5)."""
+
+    name = "insufficient_unmarked"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError as e:
+                if e.status is not ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    raise
+                shapes = [dataclasses.replace(s, is_sufficient=True) for s in e.output_shapes]
+                raise HalError(e.status, e.message, shapes) from None
+
+    prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(StaticShapesOnly, "DRV-3", suite="test_execution.py",
+               args=("-k", "unknown_dimensions_at_compile_time")),
+    MutantInfo(FirstShapesKept, "EXE-6", suite="test_execution.py",
+               args=("-k", "unknown_dimensions_at_compile_time")),
+    MutantInfo(InsufficientUnmarked, "EXE-5", suite="test_pools.py", args=("-k", "insufficient")),
+)
