@@ -361,6 +361,40 @@ def test_copy_round_trip(domains, name, kind):
         pytest.fail(f"MEM-5: copy_from then copy_to through {kind} memories changed the contents")
 
 
+@pytest.mark.req("MEM-5")
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", TYPES)
+def test_copies_and_executions_see_each_other(domains, name, kind):
+    """copy_from takes a copy (later changes to the memory do not reach the buffer), copy_to
+    gives what the last execution wrote, an execution reads what the last copy_from gave, and
+    a memory written by copy_to is the caller's own."""
+    prepared = _prepare(domains, _relu_model(name))
+    buffer, token = _allocate(domains, prepared)
+    first = _data(name, seed=11)
+    source = _memory(first, kind)
+    _expect_copy(lambda: buffer.copy_from(source), OK, f"copy_from a {kind} memory")
+    source.view()[:] = _data(name, seed=12).tobytes()
+    out = _memory(first.nbytes, kind)
+    _expect_copy(lambda: buffer.copy_to(out), OK, f"copy_to a {kind} memory")
+    if not np.array_equal(_read(out, name), first):
+        pytest.fail(f"MEM-5: a change to a {kind} memory after copy_from reached the buffer")
+    x = _data(name, seed=13)
+    _expect(prepared, _out_buffer(prepared, token, name, x), "sync", OK, "output to a buffer", "MEM-5")
+    out.view()[:] = bytes(len(out.view()))
+    _expect_copy(lambda: buffer.copy_to(out), OK, "copy_to after an execution wrote the buffer")
+    if not np.array_equal(_read(out, name), _relu(name, x)):
+        pytest.fail(f"MEM-5: copy_to into a {kind} memory after an execution wrote the buffer gave "
+                    f"other contents than the execution's result")
+    out.view()[:] = bytes(len(out.view()))  # the caller's memory: the buffer keeps its contents
+    y = _data(name, seed=14)
+    _expect_copy(lambda: buffer.copy_from(_memory(y, kind)), OK, f"copy_from a {kind} memory")
+    result = _memory(_nbytes(name))
+    _expect(prepared, _in_buffer(prepared, token, name, result), "sync", OK, "input from a buffer", "MEM-5")
+    if not np.array_equal(_read(result, name), _relu(name, y)):
+        pytest.fail(f"MEM-5: an execution reading the buffer after copy_from a {kind} memory did not see "
+                    f"the copied contents")
+
+
 # -- executions (MEM-4, MEM-6) -----------------------------------------------------------------
 
 def _in_buffer(prepared, token, name, output=None) -> Request:
@@ -562,6 +596,9 @@ def test_concurrent_reads_and_writes(domains):
             except HalError as e:
                 if e.status is not FAILURE:  # a read racing a failed write may find no contents
                     errors.append(str(e))
+            except Exception as e:  # anything but a status: the driver died (an assertion, a fault)
+                errors.append(f"{type(e).__name__}: {e}")
+                return
 
     threads = [threading.Thread(target=work, args=(i % 2 == 0, i), daemon=True) for i in range(4)]
     for t in threads:

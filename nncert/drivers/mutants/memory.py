@@ -1,10 +1,17 @@
-"""Memory-domain mutants (MEM-4): test_memory_domains.py must catch them."""
+"""Memory-domain mutants (MEM-4..7): test_memory_domains.py must catch them."""
 
 from __future__ import annotations
 
-from nncert.drivers.memory_domain import MemoryDomain
+import time
+from collections.abc import Sequence
+
+from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain
 from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.drivers.reference import ReferenceDriver
+from nncert.hal.errors import HalError
+from nncert.hal.memory import Memory
+from nncert.hal.model import BufferDesc, BufferRole
+from nncert.hal.types import ErrorStatus
 
 
 class IgnoresRoles(MutantDriver):
@@ -15,4 +22,96 @@ class IgnoresRoles(MutantDriver):
     memory_domain = MemoryDomain(ReferenceDriver.memory_domain.model_of, check_roles=False)
 
 
-MUTANT_INFO = (MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),)
+class _BufferDomain(MemoryDomain):
+    """The reference's memory domain, whose buffers are of ``buffer_class``."""
+
+    def __init__(self, buffer_class: type[DeviceBuffer]) -> None:
+        super().__init__(ReferenceDriver.memory_domain.model_of)
+        self.buffer_class = buffer_class
+
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles: Sequence[BufferRole],
+                 output_roles: Sequence[BufferRole]) -> tuple[DeviceBuffer, int]:
+        buffer, token = super().allocate(desc, prepared_models, input_roles, output_roles)
+        buffer.__class__ = self.buffer_class
+        return buffer, token
+
+
+class _HostMirrorBuffer(DeviceBuffer):
+    host: bytes | None = None
+
+    def copy_from(self, source: Memory, dimensions: Sequence[int] = ()) -> None:
+        super().copy_from(source, dimensions)
+        self.host = self.snapshot().data
+
+    def copy_to(self, destination: Memory) -> None:
+        if self.host is None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"buffer {self.token} is not initialised")
+        if destination.size != len(self.host):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"copy_to: {destination.size} bytes for "
+                                                         f"{len(self.host)}")
+        destination.view()[:] = self.host
+
+
+class StaleHostCopy(MutantDriver):
+    """copy_to answers from a host-side mirror that only copy_from updates: what an execution
+    wrote into the buffer never reaches copy_to (MEM-5)."""
+
+    name = "stale_host_copy"
+    memory_domain = _BufferDomain(_HostMirrorBuffer)
+
+
+class _FirstShapeBuffer(DeviceBuffer):
+    def store(self, data: bytes, shape: tuple[int, ...]) -> None:
+        super().store(data, shape)
+        if not self.type.is_scalar:
+            self.dimensions = tuple(shape)  # the first actual shape becomes the buffer's for good
+
+
+class FirstShapeBuffer(MutantDriver):
+    """A buffer of unknown dimensions takes the shape of the first value stored in it for good:
+    a later output of another shape fails (MEM-6)."""
+
+    name = "first_shape_buffer"
+    memory_domain = _BufferDomain(_FirstShapeBuffer)
+
+
+class _BusyBuffer(DeviceBuffer):
+    #: Seconds a store keeps the buffer busy (a DMA into device memory).
+    STORE_S = 0.005
+    busy = False
+
+    def store(self, data: bytes, shape: tuple[int, ...]) -> None:
+        self._enter()
+        try:
+            time.sleep(self.STORE_S)
+            super().store(data, shape)
+        finally:
+            self.busy = False
+
+    def snapshot(self):
+        self._enter()
+        try:
+            return super().snapshot()
+        finally:
+            self.busy = False
+
+    def _enter(self) -> None:
+        # A driver's CHECK: it assumes nobody touches a buffer that is being written.
+        assert not self.busy, f"buffer {self.token} accessed while busy"
+        self.busy = True
+
+
+class BusyBuffer(MutantDriver):
+    """Asserts that nobody reads or writes a buffer while it is being written: a concurrent
+    access kills the driver (MEM-7)."""
+
+    name = "busy_buffer"
+    memory_domain = _BufferDomain(_BusyBuffer)
+
+
+MUTANT_INFO = (
+    MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
+    MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
+    MutantInfo(FirstShapeBuffer, "MEM-6", suite="test_memory_domains.py", args=("-k", "dynamic_buffer")),
+    MutantInfo(BusyBuffer, "MEM-7", suite="test_memory_domains.py", args=("-k", "concurrent")),
+)

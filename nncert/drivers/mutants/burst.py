@@ -1,0 +1,64 @@
+"""Burst mutants (BURST-1, BURST-2): a burst that is not its own prepared model's, and one
+that caches a slot's contents rather than its memory. conformance/test_pools.py catches both."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nncert.drivers.base import Burst, Deadline
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.memory import Memory
+from nncert.hal.model import OutputShape, Request, Timing
+from nncert.hal.types import MeasureTiming
+
+
+class OneBurstContext(MutantDriver):
+    """Keeps one high-performance context per driver: every burst runs the prepared model
+    whose burst was configured last (BURST-1)."""
+
+    name = "one_burst_context"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            self.driver.burst_owner = self
+            return OneBurstContext.SharedBurst(self)
+
+    class SharedBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            self.prepared = self.prepared.driver.burst_owner
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+class SlotContentsCached(MutantDriver):
+    """Copies an input memory's bytes into the burst the first time its slot is seen and reads
+    that copy on every later run: new bytes written into the same memory are ignored
+    (BURST-2). Output memories are written as they should be."""
+
+    name = "slot_contents_cached"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return SlotContentsCached.CopyingBurst(self)
+
+    class CopyingBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            read_only = {a.location.pool_index for a in request.inputs} - \
+                {a.location.pool_index for a in request.outputs}
+            for p, (slot, pool) in enumerate(zip(slots, request.pools, strict=False)):
+                if p in read_only and slot not in self.slots and isinstance(pool, Memory) and pool.size:
+                    self.slots[slot] = Memory.from_bytes(bytes(pool.view()))
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
+    MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
+)
