@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -16,7 +17,16 @@ from nncert.hal.model import Timing
 from nncert.hal.types import NO_TIMING, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
 from nncert.testing.cases import case_id, enumerate_cases, sample_case
-from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_case, wait_fence
+from nncert.testing.harness import (
+    PATHS,
+    check_outputs,
+    execute,
+    fenced_info,
+    prepare_or_skip,
+    run_case,
+    run_fenced,
+    wait_fence,
+)
 
 T = OperandType
 
@@ -118,7 +128,7 @@ def test_burst_slots_are_cached_and_released(driver):
 
 
 @pytest.mark.req("EXE-7")
-@pytest.mark.parametrize("path", ["sync", "async", "burst"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
 @pytest.mark.parametrize("key", CASES[:12])
 def test_timing(driver, key, path, measure):
@@ -140,49 +150,207 @@ def test_failed_execution_reports_no_timing(driver, measure):
         pytest.fail(f"EXE-7: failed execution reported timing {result.timing}")
 
 
-@pytest.mark.req("EXE-8", "EXE-1", "EXE-7")
-def test_fenced_execution_waits_for_its_fences_and_times_them(driver):
-    case, model, feeds, prepared = _prepared_case(driver, CASES[0].values[0])
-    fence = SyncFence()
-    request = build_request(model, feeds)
-    signalled_at: list[float] = []
+# --- fenced executions: many wait-for fences, signalled late and out of order (EXE-1, EXE-8)
 
-    def signal() -> None:
-        signalled_at.append(time.monotonic())
+#: How long a fenced execution is watched while one of its wait-for fences is still unsignalled:
+#: it cannot have run, so its fence signalled or its outputs written in this time is a failure.
+#: A driver that does not wait shows it within milliseconds; a reference run never can.
+HOLD_S = 0.25
+#: Room for the rounding of microseconds (the driver's) against seconds (ours).
+ROUNDING_US = 2
+SENTINEL = 0xA5
+
+
+def _fill_outputs(request) -> None:
+    """Mark every output buffer, to tell whether the execution has written it yet."""
+    for arg in request.outputs:
+        loc = arg.location
+        view = request.pools[loc.pool_index].view()
+        view[loc.offset:loc.offset + loc.length] = bytes([SENTINEL]) * loc.length
+
+
+def _outputs_untouched(request) -> bool:
+    return all(bytes(request.pools[a.location.pool_index].view()[a.location.offset:a.location.offset
+                                                                 + a.location.length])
+               == bytes([SENTINEL]) * a.location.length for a in request.outputs)
+
+
+def _signal_from_threads(fences, gap_s: float = 0.002) -> float:
+    """Signal ``fences`` in that order, each from a thread of its own, ``gap_s`` apart; returns
+    the time just before the last signal."""
+    times: list[float] = []
+
+    def signal(fence) -> None:
+        times.append(time.monotonic())
         fence.signal()
 
-    threading.Timer(0.05, signal).start()
-    returned, callback = prepared.execute_fenced(request, [fence], MeasureTiming.YES)
-    returned_at = time.monotonic()
-    wait_fence(returned)
-    done_at = time.monotonic()
-    assert signalled_at and done_at >= signalled_at[0], "EXE-1: the execution did not wait for its fence"
-    # The driver was called before returned_at and could not finish before the signal.
-    waited = max(0.0, signalled_at[0] - returned_at)
-    info = callback.get_execution_info()
-    assert info.status is ErrorStatus.NONE, f"fenced execution failed: {info.message}"
-    check_outputs(case.expected, _raw_outputs(model, request, case), model)
+    timers = [threading.Timer(k * gap_s, signal, (f,)) for k, f in enumerate(fences)]
+    for t in timers:
+        t.start()
+    for t in timers:
+        t.join()
+    return max(times)
+
+
+def _check_fenced_timing(info, measured: bool, called: float, returned: float, last_signal: float,
+                         done: float) -> None:
+    """EXE-7 and EXE-8 for a fenced execution called at ``called`` that returned at
+    ``returned``, whose last wait-for fence was signalled at ``last_signal`` (``called`` when
+    it had none to wait for) and whose own fence was seen signalled at ``done``. The driver's
+    intervals lie within these, so the bounds are exact."""
     launched, fenced = info.timing_launched, info.timing_fenced
+    if not measured:
+        if launched != Timing() or fenced != Timing():
+            pytest.fail(f"EXE-8: fenced execution reported timingLaunched {launched} and timingFenced "
+                        f"{fenced} although not measured (expected UINT64_MAX)")
+        return
     _check_timing(launched, True, "fenced timingLaunched")
     _check_timing(fenced, True, "fenced timingFenced")
-    if launched.time_in_driver != NO_TIMING:
-        assert launched.time_in_driver >= waited * 0.99e6, \
-            f"EXE-8: timingLaunched {launched.time_in_driver} us excludes the {waited * 1e6:.0f} us wait"
-        if fenced.time_in_driver != NO_TIMING:
-            assert fenced.time_in_driver <= launched.time_in_driver, \
-                "EXE-8: timingFenced must not exceed timingLaunched"
+    lau, fen = launched.time_in_driver, fenced.time_in_driver
+    if lau != NO_TIMING:
+        waited = (last_signal - returned) * 1e6
+        assert lau + ROUNDING_US >= waited, \
+            f"EXE-8: timingLaunched {lau} us leaves out the {waited:.0f} us wait for the fences"
+        whole = (done - called) * 1e6
+        assert lau <= whole + ROUNDING_US, \
+            f"EXE-8: timingLaunched {lau} us is longer than the {whole:.0f} us from the call to its fence"
+    if fen != NO_TIMING:
+        after = (done - last_signal) * 1e6
+        assert fen <= after + ROUNDING_US, \
+            f"EXE-8: timingFenced {fen} us is longer than the {after:.0f} us from the last wait-for fence " \
+            f"to the returned fence"
+        if lau != NO_TIMING:
+            assert fen <= lau, f"EXE-8: timingFenced {fen} us exceeds timingLaunched {lau} us"
 
 
-@pytest.mark.req("EXE-8", "EXE-7")
-def test_fenced_execution_without_measurement_reports_no_timing(driver):
-    _case, model, feeds, prepared = _prepared_case(driver, CASES[0].values[0])
-    fence, callback = prepared.execute_fenced(build_request(model, feeds), [SyncFence.signalled()],
-                                              MeasureTiming.NO)
-    wait_fence(fence)
+def _seeded(request) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.mark.req("EXE-1", "EXE-8", "EXE-7")
+@pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
+@pytest.mark.parametrize(("count", "held"), [(1, 0), (4, 0), (6, 3), (8, 7)],
+                         ids=["1-fence", "4-fences-first-last", "6-fences-middle-last", "8-fences-last-last"])
+def test_fenced_execution_waits_for_every_fence(driver, request, count, held, measure):
+    """``count`` wait-for fences, signalled after the call from other threads in a shuffled
+    order, fence ``held`` last: until that one is signalled the execution must not run (its
+    fence unsignalled, its outputs unwritten); then it gives the right outputs, and its
+    timings span the wait (EXE-8)."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    rng = _seeded(request)
+    x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    hal_request = build_request(model, [x, y])
+    _fill_outputs(hal_request)
+    fences = [SyncFence() for _ in range(count)]
+    others = [fences[int(i)] for i in rng.permutation(count) if i != held]
+    called = time.monotonic()
+    returned, callback = prepared.execute_fenced(hal_request, fences, measure)
+    returned_at = time.monotonic()
+    assert returned is not None, \
+        f"EXE-1: execute_fenced returned no fence (done already) although its {count} wait-for fences " \
+        f"were unsignalled"
+    if others:
+        _signal_from_threads(others)
+    if returned.wait(HOLD_S):
+        pytest.fail(f"EXE-1: the fenced execution finished while wait-for fence {held} of {count} was "
+                    f"still unsignalled")
+    if not _outputs_untouched(hal_request):
+        pytest.fail(f"EXE-1: the fenced execution wrote its outputs while wait-for fence {held} of "
+                    f"{count} was still unsignalled")
+    last = _signal_from_threads([fences[held]])
+    wait_fence(returned)
+    done = time.monotonic()
     info = callback.get_execution_info()
-    assert info.status is ErrorStatus.NONE, f"fenced execution failed: {info.message}"
+    assert info.status is ErrorStatus.NONE, \
+        f"EXE-1: fenced execution failed: {info.status.name} {info.message}"
+    try:
+        check_outputs([_add_chain_golden(x, y)], read_outputs(model, hal_request, [(2, 3)]), model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"EXE-1: once its fence is signalled: {e}")
+    _check_fenced_timing(info, measure is MeasureTiming.YES, called, returned_at, last, done)
+
+
+@pytest.mark.req("EXE-8", "EXE-7", "EXE-1")
+@pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
+@pytest.mark.parametrize("wait", ["no-fence", "signalled", "late"])
+@pytest.mark.parametrize("key", CASES[:4])
+def test_fenced_timing(driver, key, wait, measure):
+    """Both fenced timings on every form of the call: nothing to wait for (the driver may
+    finish inside the call), a fence already signalled, a fence signalled late. Not measured:
+    UINT64_MAX; measured: device <= driver time, timingFenced <= timingLaunched, and each
+    within the time it covers."""
+    case, model, feeds, prepared = _prepared_case(driver, key)
+    hal_request = build_request(model, feeds)
+    fences = {"no-fence": [], "signalled": [SyncFence.signalled()], "late": [SyncFence()]}[wait]
+    called = time.monotonic()
+    returned, callback = prepared.execute_fenced(hal_request, fences, measure)
+    returned_at = time.monotonic()
+    last = called
+    if wait == "late":
+        last = _signal_from_threads(fences)
+    wait_fence(returned)
+    done = time.monotonic()
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE, \
+        f"EXE-1: fenced execution failed: {info.status.name} {info.message}"
+    check_outputs(case.expected, _raw_outputs(model, hal_request, case), model)
+    _check_fenced_timing(info, measure is MeasureTiming.YES, called, returned_at, last, done)
+
+
+MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+#: The deadline of an execution waiting for a fence that is never signalled, and how soon
+#: after it the execution must have given up (allowing for a busy machine and IPC).
+FENCE_DEADLINE_S = 0.1
+GIVEN_UP_WITHIN_S = 1.0
+
+
+@pytest.mark.req("EXE-10", "EXE-1", "EXE-7")
+def test_fenced_execution_misses_its_deadline_waiting_for_a_fence(driver):
+    """Three wait-for fences, the middle one never signalled before the deadline: the
+    execution gives up with MISSED_DEADLINE_* (never a hang), signals its fence, reports no
+    timing (a failed run, EXE-7), has not written its outputs, and does not run later when the
+    fence is signalled after all."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    hal_request = build_request(model, [np.ones((2, 3), np.float32)] * 2)
+    _fill_outputs(hal_request)
+    never = SyncFence()
+    started = time.monotonic()
+    info = run_fenced(prepared, hal_request, [SyncFence.signalled(), never, SyncFence.signalled()],
+                      MeasureTiming.YES, deadline=time.monotonic_ns() + int(FENCE_DEADLINE_S * 1e9))
+    elapsed = time.monotonic() - started
+    assert info.status in MISSED, \
+        f"EXE-10: a fenced execution whose wait-for fence is never signalled gave {info.status.name} " \
+        f"past its deadline, expected MISSED_DEADLINE_*"
+    assert elapsed < FENCE_DEADLINE_S + GIVEN_UP_WITHIN_S, \
+        f"EXE-10: the fenced execution gave up {elapsed:.2f} s after the call, its deadline was " \
+        f"{FENCE_DEADLINE_S} s"
     assert info.timing_launched == Timing() and info.timing_fenced == Timing(), \
-        "EXE-8: fenced timings reported although not measured"
+        f"EXE-7: a failed fenced execution reported timings {info.timing_launched}, {info.timing_fenced}"
+    assert _outputs_untouched(hal_request), "EXE-1: a fenced execution that missed its deadline wrote outputs"
+    never.signal()
+    time.sleep(HOLD_S)
+    assert _outputs_untouched(hal_request), \
+        "EXE-1: a fenced execution ran once its fence was signalled, after it had failed"
+
+
+@pytest.mark.req("EXE-1", "EXE-10")
+def test_fenced_execution_with_a_timeout_after_its_fences(driver):
+    """``timeout_after_fence`` is a duration (ns) counted from the last wait-for fence: a
+    generous one (10 s) does not fail a short execution whose fence is signalled late."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    x, y = np.full((2, 3), 0.5, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    hal_request = build_request(model, [x, y])
+    fence = SyncFence()
+    returned, callback = prepared.execute_fenced(hal_request, [fence], MeasureTiming.NO,
+                                                 timeout_after_fence=10_000_000_000)
+    _signal_from_threads([fence])
+    info = fenced_info(returned, callback)
+    assert info.status is ErrorStatus.NONE, \
+        f"EXE-1: a fenced execution with a 10 s timeout after its fence gave {info.status.name}"
+    check_outputs([_add_chain_golden(x, y)], read_outputs(model, hal_request, [(2, 3)]), model)
 
 
 @pytest.mark.req("EXE-5")
@@ -209,20 +377,18 @@ def test_output_insufficient_size(driver, key, path, variation):
             f"EXE-5: output {i} shape {list(got)}, expected {list(want)} (0 where unknown)"
 
 
-@pytest.mark.req("EXE-5", "EXE-1")
-def test_fenced_execution_rejects_insufficient_outputs(driver):
+@pytest.mark.req("EXE-5", "EXE-1", "EXE-7")
+@pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
+def test_fenced_execution_rejects_insufficient_outputs(driver, measure):
+    """Failed, with or without fences to wait for: no timing either (EXE-7)."""
     _case, model, feeds, prepared = _prepared_case(driver, CASES[0].values[0])
     for wait_for in ([], [SyncFence.signalled()]):
         request = build_request(model, feeds, output_shrink={0: 1})
-        try:
-            fence, callback = prepared.execute_fenced(request, wait_for, MeasureTiming.NO)
-        except HalError as e:
-            status = e.status
-        else:
-            wait_fence(fence)
-            status = callback.get_execution_info().status
-        assert status in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE), \
-            f"EXE-5: a fenced execution with a too-small output gave {status.name}"
+        info = run_fenced(prepared, request, wait_for, measure)
+        assert info.status in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE), \
+            f"EXE-5: a fenced execution with a too-small output gave {info.status.name}"
+        assert info.timing_launched == Timing() and info.timing_fenced == Timing(), \
+            f"EXE-7: a failed fenced execution reported timings {info.timing_launched}, {info.timing_fenced}"
 
 
 @pytest.mark.req("MEM-1", "MEM-2", "MEM-3", "EXE-2")
