@@ -166,8 +166,9 @@ class SharedStaging(MutantDriver):
 MUTANT_INFO = (
     MutantInfo(FirstFenceOnly, "EXE-1", suite="test_execution.py", args=("-k", "fence")),
     MutantInfo(FastPathTiming, "EXE-8", suite="test_execution.py", args=("-k", "fenced")),
-    MutantInfo(IfBranchCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "if")),
+    MutantInfo(IfBranchCache, "EXE-9", suite="test_prepared_reuse.py",
+               args=("-k", "if_branches or if_output_shape")),
     MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
-    MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py"),
-    MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py"),
+    MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "shape")),
+    MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "threads or in_flight")),
 )
