@@ -1,15 +1,16 @@
 """Random graphs (ACC-5): every cell of the CTS random-graph matrix (each operation at each
 HAL version; small and large graphs of each data type at ranks 1-4, the quantised types
-too), ``--graphs`` hypothesis graphs per cell from ``--seed``, judged by the CTS criteria.
+too), ``--graphs`` seeded graphs per cell from ``--seed``, judged by the CTS criteria.
 
-A failing graph is shrunk (within ``--shrink-budget`` for the session), replayed on the
-peer runtimes (three-way verdict, unless --no-three-way) and written under ``--graph-dir``
-as a spec file; the failure message says how to replay it with ``nncert repro``.
+A failing graph is shrunk (at most ``--shrink-budget`` candidate runs), replayed on the peer
+runtimes (three-way verdict, unless --no-three-way) and written under ``--graph-dir`` as a
+spec file; the failure message says how to replay it with ``nncert repro``. A test's graphs,
+its shrinking and so its spec file depend on its id, --seed, --graphs and --shrink-budget
+alone: rerun one failing id by itself and it fails the same way.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -19,27 +20,18 @@ from nncert.testing.graphs import matrix
 from nncert.testing.harness import decline
 
 
-@pytest.fixture(scope="session")
-def shrink_budget(pytestconfig: pytest.Config) -> dict[str, float]:
-    return {"left": pytestconfig.getoption("shrink_budget")}
-
-
 @pytest.mark.req("ACC-5")
 @pytest.mark.parametrize("cell", matrix(), ids=lambda c: c.label)
-def test_random_graph(cell, driver, pytestconfig, shrink_budget, record_property):
+def test_random_graph(cell, driver, pytestconfig, record_property):
     seed, graphs = pytestconfig.getoption("seed"), pytestconfig.getoption("graphs")
-    spec = pytestconfig.getoption("driver")
-    left = shrink_budget["left"]
-    started = time.perf_counter()
-    result = rg.search(driver, cell, rg.cell_seed(seed, cell), graphs, shrink=left > 0,
-                       shrink_seconds=min(10.0, left / 3))
+    spec, shrink_runs = pytestconfig.getoption("driver"), pytestconfig.getoption("shrink_budget")
+    result = rg.search(driver, cell, rg.cell_seed(seed, cell), graphs, shrink_runs)
     failure = result.failure
     if failure is None:
         if result.passed == 0:
             reasons = ", ".join(sorted(result.decline_reasons, key=result.decline_reasons.get)[-3:])
             decline(f"{spec} declined all {result.declined} graphs ({reasons})")
         return
-    shrink_budget["left"] = max(0.0, left - (time.perf_counter() - started))
     if pytestconfig.getoption("three_way") and not pytestconfig.getoption("isolate"):
         failure.verdict = rg.triage(failure, spec)
     path = rg.dump(failure, Path(pytestconfig.getoption("graph_dir")), spec)

@@ -345,7 +345,8 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        rg.run_cells(driver, cells, args.seed, args.graphs, shrink=not args.no_shrink, progress=progress)
+        shrink_runs = 0 if args.no_shrink else rg.SHRINK_RUNS
+        rg.run_cells(driver, cells, args.seed, args.graphs, shrink_runs=shrink_runs, progress=progress)
     finally:
         driver.close()
     seconds = time.perf_counter() - started
@@ -393,7 +394,7 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
 
 def _add_graphs(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("graphs", help="random-graph testing (ACC-5): hypothesis graphs judged by the "
+    p = sub.add_parser("graphs", help="random-graph testing (ACC-5): seeded graphs judged by the "
                        "CTS criteria; failures shrunk and written as spec files")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver under test (default: reference)")

@@ -25,6 +25,7 @@ from nncert.requirements import DOCUMENT, REQUIREMENTS, matches
 from nncert.testing import crash_guard, expectations, triage
 from nncert.testing.harness import Declined
 from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
+from nncert.testing.random_graphs import SHRINK_RUNS
 
 #: Test status categories of the outcomes that are failures of their own kind (MLTS-2).
 _CATEGORIES = {Kind.CRASH: ("crashed", "C", "CRASH"), Kind.HANG: ("hung", "H", "HANG")}
@@ -75,9 +76,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "runs 50: `nncert graphs` does)")
     group.addoption("--graph-dir", default="nncert-graphs", metavar="DIR",
                     help="where failing random graphs are written as spec files (default nncert-graphs)")
-    group.addoption("--shrink-budget", type=float, default=120.0, metavar="SECONDS",
-                    help="time a session may spend shrinking failing random graphs; failures past "
-                         "it are reported as generated (default 120)")
+    group.addoption("--shrink-budget", type=_shrink_runs, default=SHRINK_RUNS, metavar="RUNS",
+                    help=f"candidate graphs each failing random-graph test may run while it is shrunk "
+                         f"(default {SHRINK_RUNS}; 0: report failures as generated). A count per test, "
+                         f"not seconds a session: a failure shrinks the same way alone or in any run")
     group.addoption("--isolate-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="with --isolate: kill a test that has not finished after this long, as a "
                          "HANG (setup and teardown included; default 60)")
@@ -88,6 +90,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-guard-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="under the crash guard: kill a test that has not finished after this long, "
                          "as a HANG (default 600)")
+
+
+def _shrink_runs(text: str) -> int:
+    """``--shrink-budget``: a whole number of candidate runs (it was seconds a session once)."""
+    try:
+        runs = int(text)
+    except ValueError:
+        runs = -1
+    if runs < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of candidate runs (0 or more): --shrink-budget counts the graphs "
+            f"one failure may run while it is shrunk, not seconds")
+    return runs
 
 
 def _driver_options(config: pytest.Config) -> dict[str, str]:

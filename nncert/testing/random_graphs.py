@@ -1,12 +1,16 @@
 """The random-graph suite (ACC-5): run generated graphs on a driver, judge them with the
 CTS criteria, and turn a failure into a minimal, replayable spec file.
 
-A cell's graphs come from hypothesis (``graphs.strategy``) under a fixed seed, so a run is
-reproducible. When one fails, hypothesis shrinks it (fewer operations, smaller choices),
-then ``reduce`` cuts it further: it keeps one failing output and replaces intermediate
-results by model inputs fed with their golden values while the graph still fails. A fault
-in one operation so ends as a graph of that one operation; a fault that builds up over
-operations ends as the shortest chain that still shows it.
+Everything here is a pure function of (seed, cell, graph index) and of the driver's
+answers: graph ``i`` of a cell is ``graphs.seeded(cell, seed, i)``, and a failure is shrunk
+by ``reduce``, whose moves are deterministic and bounded by a count of candidate runs, not
+by seconds or by what earlier tests spent. One test id rerun alone, in another order or
+under pytest-xdist so fails the same way and writes the same spec file, byte for byte.
+
+``reduce`` keeps one failing output and replaces intermediate results by model inputs fed
+with their golden values while the graph still fails. A fault in one operation so ends as a
+graph of that one operation; a fault that builds up over operations ends as the shortest
+chain that still shows it.
 
 The failure is replayed on the peer runtimes (three-way verdict) and written as a spec
 file with the seed, the criteria, the driver's outputs and the verdict;
@@ -30,7 +34,7 @@ from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model
 from nncert.hal.validation import validate_model
 from nncert.testing.criteria import compare_graph
-from nncert.testing.graphs import Cell, Graph, save_spec, strategy
+from nncert.testing.graphs import Cell, Graph, save_spec, seeded
 
 
 @dataclass
@@ -89,16 +93,25 @@ def run(driver: Driver, graph: Graph, prepare: Callable[[Model], PreparedModel] 
     return Outcome("failed" if reasons else "passed", reasons, actual)
 
 
-def reduce(graph: Graph, fails: Callable[[Graph], bool], seconds: float = 20.0) -> Graph:
-    """The smallest graph found by cuts that still ``fails``, in about ``seconds``. Two
-    moves: an intermediate result becomes the only output (the operations after it go),
-    and an intermediate result becomes an input fed with its golden value (the operations
-    before it go). Each is first bisected along the topological order (a fault shows from
-    some operation on), then tried one by one while time remains."""
-    deadline = time.perf_counter() + seconds
+#: Candidate graphs one failure may run while it is shrunk (``--shrink-budget``): enough for
+#: ``reduce`` to reach its fixed point on a 40-operation graph in nearly every case.
+SHRINK_RUNS = 200
+
+
+def reduce(graph: Graph, fails: Callable[[Graph], bool], runs: int = SHRINK_RUNS) -> Graph:
+    """The smallest graph found by cuts that still ``fails``, running at most ``runs``
+    candidates. Two moves: an intermediate result becomes the only output (the operations
+    after it go), and an intermediate result becomes an input fed with its golden value (the
+    operations before it go). Each is first bisected along the topological order (a fault
+    shows from some operation on), then tried one by one. Deterministic: the same graph and
+    answers give the same candidates in the same order, whatever the machine's speed."""
+    left = runs
     g = graph
     if len(g.outputs) > 1:
         for out in g.outputs:
+            if left <= 0:
+                return g
+            left -= 1
             candidate = g.restrict([out])
             if fails(candidate):
                 g = candidate
@@ -110,18 +123,30 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], seconds: float = 20.0) 
     def cut(g: Graph, nid: int) -> Graph:
         return g.restrict(g.outputs, cut=[nid])
 
+    passed: set[tuple[str, int]] = set()  # candidates of the current ``g`` that did not fail
+
     def smaller_failing(g: Graph, move, nid: int) -> Graph | None:
+        nonlocal left
+        if left <= 0 or (move.__name__, nid) in passed:
+            return None
         candidate = move(g, nid)
-        return candidate if len(candidate.ops) < len(g.ops) and fails(candidate) else None
+        if len(candidate.ops) >= len(g.ops):
+            return None
+        left -= 1
+        if fails(candidate):
+            passed.clear()  # a new graph: its candidates are new
+            return candidate
+        passed.add((move.__name__, nid))
+        return None
 
     progress = True
-    while progress and len(g.ops) > 1 and time.perf_counter() < deadline:
+    while progress and len(g.ops) > 1 and left > 0:
         progress = False
         # The earliest result that fails as the output; the latest cut that still fails.
         for move, earliest in ((as_output, True), (cut, False)):
             nodes = g.cuttable()
             lo, hi, best = 0, len(nodes) - 1, None
-            while lo <= hi and time.perf_counter() < deadline:
+            while lo <= hi and left > 0:
                 mid = (lo + hi) // 2
                 found = smaller_failing(g, move, nodes[mid])
                 if found is not None:
@@ -131,12 +156,11 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], seconds: float = 20.0) 
                     lo, hi = (mid + 1, hi) if earliest else (lo, mid - 1)
             if best is not None:
                 g, progress = best, True
+                passed.clear()
         if progress:
             continue
         for move in (as_output, cut):
             for nid in g.cuttable():
-                if time.perf_counter() >= deadline:
-                    return g
                 found = smaller_failing(g, move, nid)
                 if found is not None:
                     g, progress = found, True
@@ -150,15 +174,16 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], seconds: float = 20.0) 
 class Failure:
     cell: Cell
     seed: int
-    original: Graph  # as hypothesis generated it
-    graph: Graph  # shrunk and reduced
+    index: int  # the graph's index in its cell: ``graphs.seeded(cell, seed, index)``
+    original: Graph  # as generated
+    graph: Graph  # reduced
     outcome: Outcome
     verdict: dict | None = None
     spec_path: Path | None = None
 
     @property
     def headline(self) -> str:
-        return (f"{self.cell.label} seed {self.seed}: {'; '.join(self.outcome.reasons)} "
+        return (f"{self.cell.label} seed {self.seed} graph {self.index}: {'; '.join(self.outcome.reasons)} "
                 f"(shrunk from {len(self.original.ops)} to {len(self.graph.ops)} operations)")
 
 
@@ -177,63 +202,46 @@ class CellResult:
         return self.passed + self.declined + (1 if self.failure else 0)
 
 
-class _GraphFailedError(AssertionError):
-    pass
-
-
 def search(driver: Driver, cell: Cell, seed: int = 0, graphs: int = 50,
-           shrink: bool = True, shrink_seconds: float = 10.0) -> CellResult:
-    """Run up to ``graphs`` hypothesis graphs of ``cell`` (seeded) on ``driver``; on the
-    first failure, shrink it (hypothesis, then ``reduce``, each for about
-    ``shrink_seconds``; twice that for ``reduce``).
-    Every generated graph is validated first (an invalid one is a generator bug and
-    raises)."""
-    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-    from hypothesis import seed as hseed
-    from hypothesis.errors import Flaky
-
+           shrink_runs: int = SHRINK_RUNS) -> CellResult:
+    """Run graphs 0, 1, ... ``graphs - 1`` of ``cell`` (``graphs.seeded``) on ``driver``
+    until one fails, and shrink that one with ``reduce`` within ``shrink_runs`` candidate
+    runs (0: keep it as generated). Every generated graph is validated first (an invalid one
+    is a generator bug and raises). ``seconds`` is measured, never consulted."""
     result = CellResult(cell, seed)
-    found: list[tuple[Graph, Outcome]] = []  # every failing run: the first, ..., the shrunk
     started = time.perf_counter()
-    found_at = [0.0]
-
-    @settings(max_examples=graphs, database=None, deadline=None, derandomize=False,
-              phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-              verbosity=Verbosity.quiet, print_blob=False)
-    @hseed(seed)
-    @given(strategy(cell))
-    def body(graph: Graph) -> None:
-        if found and time.perf_counter() - found_at[0] > shrink_seconds:
-            return  # shrinking budget spent: no candidate counts as failing any more
+    for index in range(graphs):
+        graph = seeded(cell, seed, index)
         model, _ = graph.model()
         validate_model(model)
         outcome = run(driver, graph)
         if outcome.failed:
-            if not found:
-                found_at[0] = time.perf_counter()
-            found.append((graph, outcome))
-            raise _GraphFailedError(outcome.reasons[0])
-        if found:  # a shrinking run that passed: not one of the cell's graphs
-            return
+            result.failure = _shrink(driver, cell, seed, index, graph, outcome, shrink_runs)
+            break
         if outcome.status == "declined":
             result.declined += 1
             reason = outcome.reasons[0]
             result.decline_reasons[reason] = result.decline_reasons.get(reason, 0) + 1
         else:
             result.passed += 1
-
-    try:
-        body()
-    except (_GraphFailedError, Flaky):
-        pass
-    if found:
-        # Hypothesis ran its shrunk example last; the cuts of ``reduce`` finish the job.
-        shrunk = found[-1][0]
-        graph = reduce(shrunk, lambda g: run(driver, g).failed, 2 * shrink_seconds) if shrink else shrunk
-        result.failure = Failure(cell, seed, found[0][0], graph, run(driver, graph))
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _shrink(driver: Driver, cell: Cell, seed: int, index: int, graph: Graph, outcome: Outcome,
+            runs: int) -> Failure:
+    # How each failing graph failed (the graphs kept alive, so that their ids stay theirs):
+    # the spec records the driver's answer on the reduced graph without running it again.
+    failed = {id(graph): (graph, outcome)}
+
+    def fails(candidate: Graph) -> bool:
+        got = run(driver, candidate)
+        if got.failed:
+            failed[id(candidate)] = (candidate, got)
+        return got.failed
+
+    shrunk = reduce(graph, fails, runs) if runs > 0 else graph
+    return Failure(cell, seed, index, graph, shrunk, failed[id(shrunk)][1])
 
 
 def triage(failure: Failure, driver_spec: str) -> dict | None:
@@ -259,7 +267,7 @@ def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
     own_dir(directory)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{driver_spec}-{failure.cell.label}-s{failure.seed}")
     path = directory / f"{slug}.json"
-    save_spec(path, failure.graph, seed=failure.seed, driver=driver_spec,
+    save_spec(path, failure.graph, seed=failure.seed, graph_index=failure.index, driver=driver_spec,
               shrunk_from_operations=len(failure.original.ops),
               results={driver_spec: {"outputs": failure.outcome.actual, "reasons": failure.outcome.reasons}},
               verdict=failure.verdict,
@@ -268,13 +276,14 @@ def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
     return path
 
 
-def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *, shrink: bool = True,
+def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *,
+              shrink_runs: int = SHRINK_RUNS,
               progress: Callable[[CellResult, int, int], None] | None = None) -> list[CellResult]:
     """``search`` over ``cells`` (the seed of each cell derived from ``seed``)."""
     cells = list(cells)
     results = []
     for i, cell in enumerate(cells):
-        r = search(driver, cell, cell_seed(seed, cell), graphs, shrink)
+        r = search(driver, cell, cell_seed(seed, cell), graphs, shrink_runs)
         results.append(r)
         if progress:
             progress(r, i + 1, len(cells))
@@ -282,7 +291,7 @@ def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *, 
 
 
 def cell_seed(seed: int, cell: Cell) -> int:
-    """The hypothesis seed of ``cell`` in a run seeded ``seed``: stable across runs."""
+    """The seed of ``cell``'s graphs in a run seeded ``seed``: a function of the two alone."""
     import zlib
 
     return (seed * 1_000_003 + zlib.crc32(cell.label.encode())) % (1 << 32)
