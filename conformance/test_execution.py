@@ -86,7 +86,8 @@ def test_consecutive_requests_each_get_their_own_results(driver, path):
         check_outputs([_add_chain_golden(x, y)], read_outputs(model, request, [(2, 3)]), model)
 
 
-def _check_timing(timing: Timing, measured: bool, where: str) -> None:
+def _check_timing(timing: Timing, measured: bool, where: str, within_us: float | None = None) -> None:
+    """EXE-7; ``within_us``: how long the whole call took, which no reported time can exceed."""
     if not measured:
         if timing != Timing():
             pytest.fail(f"EXE-7: {where}: timing {timing} reported when not measured (expected UINT64_MAX)")
@@ -94,6 +95,11 @@ def _check_timing(timing: Timing, measured: bool, where: str) -> None:
     dev, drv = timing.time_on_device, timing.time_in_driver
     if dev != NO_TIMING and drv != NO_TIMING and dev > drv:
         pytest.fail(f"EXE-7: {where}: timeOnDevice {dev} us > timeInDriver {drv} us")
+    if within_us is not None:
+        for what, t in (("timeOnDevice", dev), ("timeInDriver", drv)):
+            if t != NO_TIMING and t > within_us + ROUNDING_US:
+                pytest.fail(f"EXE-7: {where}: {what} {t} us is longer than the {within_us:.0f} us the whole "
+                            f"call took (microseconds expected)")
 
 
 @pytest.mark.req("BURST-1", "BURST-2", "BURST-3", "EXE-3")
@@ -135,8 +141,10 @@ def test_timing(driver, key, path, measure):
     _case, model, feeds, prepared = _prepared_case(driver, key)
     for _ in range(3):
         request = build_request(model, feeds)
+        began = time.monotonic()
         _, timing = execute(prepared, request, path, measure)
-        _check_timing(timing, measure is MeasureTiming.YES, f"{path} execution")
+        took_us = (time.monotonic() - began) * 1e6
+        _check_timing(timing, measure is MeasureTiming.YES, f"{path} execution", took_us)
 
 
 @pytest.mark.req("EXE-7", "EXE-5")

@@ -25,7 +25,7 @@ import pytest
 
 from nncert.drivers.base import hang_timeout
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
-from nncert.hal.model import Model
+from nncert.hal.model import Model, Request
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.testing.control_flow_models import (
     counting_feeds,
@@ -154,11 +154,19 @@ def _rng(request: pytest.FixtureRequest, stream: int = 0) -> np.random.Generator
     return np.random.default_rng([zlib.crc32(request.node.nodeid.encode()), stream])
 
 
-def _run(prepared, model: Model, work: Workload, job: Job, path: str, req: str, what: str) -> None:
-    """Run ``job`` on ``path`` and check its reported output shapes and its outputs."""
+def _request(model: Model, work: Workload, job: Job) -> Request:
     hal_request = build_request(model, job.feeds, work.buffers)
     for arg in hal_request.outputs:
         arg.dimensions = ()  # the buffer's size only: the driver finds the shapes (EXE-4)
+    return hal_request
+
+
+def _run(prepared, model: Model, work: Workload, job: Job, path: str, req: str, what: str,
+         hal_request: Request | None = None) -> None:
+    """Run ``job`` on ``path`` (in ``hal_request`` if given, which must hold its inputs) and
+    check its reported output shapes and its outputs."""
+    if hal_request is None:
+        hal_request = _request(model, work, job)
     shapes, _ = execute(prepared, hal_request, path)
     want = [e.shape for e in job.expected]
     dynamic = any(not model.main.operands[i].fully_specified for i in model.main.output_indexes)
@@ -197,24 +205,38 @@ def test_one_prepared_model_many_requests(driver, request, kind, first):
         _run(prepared, model, work, work.job(rng, i), path, work.reqs[0], f"request {i - first} ({path})")
 
 
-THREADS = 4
-ROUNDS = 4
-
-
-@pytest.mark.req("DRV-4", "EXE-3")
-@pytest.mark.parametrize("kind", _kinds("add", "if_branches", "while_counter", "concat_shapes"))
-def test_one_prepared_model_from_several_threads(driver, request, kind):
-    """THREADS threads run ROUNDS requests each on one prepared model, all starting each round
-    together, each on another path and with other data; every answer is checked."""
+@pytest.mark.req("EXE-3", "MEM-2")
+@pytest.mark.parametrize("path", ["sync", "async", "fenced"])
+@pytest.mark.parametrize("kind", _kinds("if_branches", "while_counter"))
+def test_one_request_memory_rewritten_between_executions(driver, request, kind, path):
+    """One request, its memories reused for a sequence of executions with new input values
+    written into them in place (as an app reuses its buffers): each execution reads what the
+    pools hold now, not what they held when the driver first saw them."""
     model, prepared = _prepared(driver, kind)
     work = WORKLOADS[kind]
-    start = threading.Barrier(THREADS)
+    rng = _rng(request)
+    jobs = [work.job(rng, i) for i in range(SEQUENCE // 2)]
+    reused = _request(model, work, jobs[0])
+    for i, job in enumerate(jobs):
+        fresh = _request(model, work, job)
+        for arg in reused.inputs:  # the same layout: the inputs' shapes are fixed
+            reused.pools[arg.location.pool_index].view()[:] = fresh.pools[arg.location.pool_index].view()
+        _run(prepared, model, work, job, path, work.reqs[0], f"request {i} in the first one's memory",
+             reused)
+
+
+def _from_threads(driver, request, kind: str, threads: int, rounds: int) -> None:
+    """``threads`` threads run ``rounds`` requests each on one prepared model, all starting
+    each round together, each on another path and with other data; every answer is checked."""
+    model, prepared = _prepared(driver, kind)
+    work = WORKLOADS[kind]
+    start = threading.Barrier(threads)
     failures: list[str] = []
 
     def worker(t: int) -> None:
         rng = _rng(request, t)
         try:
-            for i in range(ROUNDS):
+            for i in range(rounds):
                 job = work.job(rng, i + t)  # the threads' requests differ in every round
                 path = PATHS[(i + t) % len(PATHS)]
                 start.wait(hang_timeout())
@@ -225,54 +247,81 @@ def test_one_prepared_model_from_several_threads(driver, request, kind):
             failures.append(str(e).splitlines()[0])
             start.abort()
 
-    threads = [threading.Thread(target=worker, args=(t,), name=f"nncert-reuse-{t}") for t in range(THREADS)]
-    for t in threads:
+    pool = [threading.Thread(target=worker, args=(t,), name=f"nncert-reuse-{t}") for t in range(threads)]
+    for t in pool:
         t.start()
-    ends = time.monotonic() + hang_timeout() * ROUNDS
-    for t in threads:
+    ends = time.monotonic() + hang_timeout() * rounds
+    for t in pool:
         t.join(max(0.0, ends - time.monotonic()))
-    if any(t.is_alive() for t in threads):
-        pytest.fail(f"DRV-4: executions from {THREADS} threads on one prepared model did not end "
-                    f"within {hang_timeout() * ROUNDS:g} s")
+    if any(t.is_alive() for t in pool):
+        pytest.fail(f"DRV-4: executions from {threads} threads on one prepared model did not end "
+                    f"within {hang_timeout() * rounds:g} s")
     if failures:
-        pytest.fail(f"DRV-4: {len(failures)} of {THREADS} threads got a wrong answer: {failures[0]}")
+        pytest.fail(f"DRV-4: {len(failures)} of {threads} threads got a wrong answer: {failures[0]}")
 
 
-IN_FLIGHT = 24
+@pytest.mark.req("DRV-4", "EXE-3")
+@pytest.mark.parametrize("kind", _kinds("add", "if_branches", "while_counter", "concat_shapes"))
+def test_one_prepared_model_from_several_threads(driver, request, kind):
+    """Four threads, four requests each, on one prepared model (DRV-4)."""
+    _from_threads(driver, request, kind, threads=4, rounds=4)
 
 
-@pytest.mark.req("EXE-1", "DRV-4")
-@pytest.mark.parametrize("kind", _kinds("concat_shapes", "while_counter"))
-def test_many_asynchronous_executions_in_flight(driver, request, kind):
-    """IN_FLIGHT asynchronous executions on one prepared model, all started before any is
+@pytest.mark.slow
+@pytest.mark.req("DRV-4", "EXE-3")
+@pytest.mark.parametrize("kind", _kinds(*WORKLOADS))
+def test_one_prepared_model_from_many_threads(driver, request, kind):
+    """The sweep: eight threads, sixteen requests each, every workload."""
+    _from_threads(driver, request, kind, threads=8, rounds=16)
+
+
+def _in_flight(driver, request, kind: str, count: int) -> None:
+    """``count`` asynchronous executions on one prepared model, all started before any is
     awaited: each callback is notified once, with its own request's status and shapes, and
     each request's outputs are its own."""
     model, prepared = _prepared(driver, kind)
     work = WORKLOADS[kind]
     rng = _rng(request)
-    jobs = [work.job(rng, i) for i in range(IN_FLIGHT)]
-    requests = [build_request(model, job.feeds, work.buffers) for job in jobs]
-    for r in requests:
-        for arg in r.outputs:
-            arg.dimensions = ()
+    jobs = [work.job(rng, i) for i in range(count)]
+    requests = [_request(model, work, job) for job in jobs]
     callbacks = [prepared.execute(r) for r in requests]
     ends = time.monotonic() + hang_timeout()
-    silent = [i for i, cb in enumerate(callbacks) if not cb.notified(max(0.0, ends - time.monotonic()))]
-    if silent:
-        pytest.fail(f"EXE-1: {len(silent)} of {IN_FLIGHT} callbacks never notified (executions {silent[:8]})")
-    dynamic = any(not model.main.operands[i].fully_specified for i in model.main.output_indexes)
+    silent, outputs = [], []
     for i, (job, r, cb) in enumerate(zip(jobs, requests, callbacks, strict=True)):
+        if not cb.notified(max(0.0, ends - time.monotonic())):
+            silent.append(i)
+        # Read at once: once notified, the outputs must be there already (EXE-1).
+        outputs.append(read_outputs(model, r, [e.shape for e in job.expected]))
+    if silent:
+        pytest.fail(f"EXE-1: {len(silent)} of {count} callbacks never notified (executions {silent[:8]})")
+    dynamic = any(not model.main.operands[i].fully_specified for i in model.main.output_indexes)
+    for i, (job, cb, actual) in enumerate(zip(jobs, callbacks, outputs, strict=True)):
         result = cb.wait()
         assert result.status is ErrorStatus.NONE, \
-            f"EXE-1: execution {i} of {IN_FLIGHT} in flight failed: {result.status.name} {result.message}"
+            f"EXE-1: execution {i} of {count} in flight failed: {result.status.name} {result.message}"
         want = [e.shape for e in job.expected]
         if dynamic:
             got = [tuple(s.dimensions) for s in result.output_shapes]
             assert got == want, f"EXE-4: execution {i}'s callback reported output shapes {got}, " \
                                 f"expected its own {want}"
         try:
-            check_outputs(job.expected, read_outputs(model, r, want), model)
+            check_outputs(job.expected, actual, model)
         except pytest.fail.Exception as e:
-            pytest.fail(f"DRV-4: execution {i} of {IN_FLIGHT} in flight: {e}")
+            pytest.fail(f"DRV-4: execution {i} of {count} in flight: {e}")
     twice = [i for i, cb in enumerate(callbacks) if getattr(cb, "notifications", 1) != 1]
     assert not twice, f"EXE-1: callbacks of executions {twice[:8]} were notified more than once"
+
+
+@pytest.mark.req("EXE-1", "DRV-4")
+@pytest.mark.parametrize("kind", _kinds("concat_shapes", "while_counter"))
+def test_many_asynchronous_executions_in_flight(driver, request, kind):
+    """24 asynchronous executions in flight at once on one prepared model."""
+    _in_flight(driver, request, kind, 24)
+
+
+@pytest.mark.slow
+@pytest.mark.req("EXE-1", "DRV-4")
+@pytest.mark.parametrize("kind", _kinds(*WORKLOADS))
+def test_very_many_asynchronous_executions_in_flight(driver, request, kind):
+    """The sweep: 96 in flight, every workload."""
+    _in_flight(driver, request, kind, 96)
