@@ -15,6 +15,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     FREE,
     Arg,
@@ -123,6 +124,7 @@ _PRELU = OpRecord(
     shape=lambda ctx: [broadcast_shape(ctx.dims("input"), ctx.dims("alpha"))],
     sample=_prelu_sample,
     criterion="medium",
+    edges=edges.BROADCAST,
     doc="input where input >= 0, else alpha * input (alpha broadcasts against input)",
 )
 

@@ -230,6 +230,9 @@ class OpRecord:
     #: feed it only exactly computed values (ACC-5). Operations whose output type is
     #: integer or boolean from float or quantised inputs are treated so without the flag.
     discrete: bool = False
+    #: Named edge cases this operation declares (``nncert.ops.edges.Edge``), besides the
+    #: shared families every record with a fused activation or a quantised variant gets.
+    edges: tuple[Any, ...] = ()
     doc: str = ""
 
     @property
@@ -546,8 +549,11 @@ class SampleContext:
 
     def __init__(self, record: OpRecord, signature: Signature, variant: Variant, draw: Draw,
                  max_elements: int = 2048, *, dim_hi: int = 5, ranks: tuple[int, int] = (1, 4),
-                 steer: Steer | None = None) -> None:
+                 steer: Steer | None = None, edge: Any = None) -> None:
         self.record = record
+        #: The edge case being drawn (``nncert.ops.edges.Edge``) or None: shared samplers
+        #: (broadcast pairs, windows) ask its hooks before drawing the usual way.
+        self.edge = edge
         self.signature = signature
         self.variant = variant
         self.draw = draw

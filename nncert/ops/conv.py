@@ -14,6 +14,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -191,6 +192,17 @@ def _sample_filter_bias(s: SampleContext, filter_dims: tuple[int, ...], channel_
         s.tensor("bias", (depth_out,), const=const)
 
 
+def _exact_floats(s: SampleContext, *names: str) -> None:
+    """Float tensors ``names`` as multiples of 1/8 (|x| < 1 for the unit domain, the bias
+    within [-2, 2]): long dot products of them are exact in float32."""
+    if s.type("input").is_quant:
+        return
+    for name in names:
+        item = s.inputs[name]
+        bound = 16 if name == "bias" else 7
+        item.value = edges.grid(s, item.dims, -bound, bound)
+
+
 # ---------------------------------------------------------------------------------------
 # CONV_2D
 
@@ -228,6 +240,23 @@ def _conv_sample(s: SampleContext) -> None:
     h, w = sample_window(s, fh, fw, dilation=True)
     s.tensor("input", (n, h, w, c))
     _sample_filter_bias(s, (o, fh, fw, c), 0, o)
+
+
+#: Input depth of the long CONV_2D: a 3x3 window sums 4608 products.
+LONG_DEPTH = 512
+
+
+def _long_conv_sample(s: SampleContext) -> None:
+    if s.signature.name == IMPLICIT:
+        s.scalar("padding", PADDING_VALID)
+    else:
+        for name in ("pad_left", "pad_right", "pad_top", "pad_bottom"):
+            s.scalar(name, 0)
+    s.scalar("stride_w", 1)
+    s.scalar("stride_h", 1)
+    s.tensor("input", (1, 4, 4, LONG_DEPTH))
+    _sample_filter_bias(s, (4, 3, 3, LONG_DEPTH), 0, 4)
+    _exact_floats(s, "input", "filter", "bias")
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,6 +493,16 @@ def _fc_sample(s: SampleContext) -> None:
     _sample_filter_bias(s, (units, size), 0, units, name="weights")
 
 
+#: input_size of the long FULLY_CONNECTED.
+LONG_FC = 4096
+
+
+def _long_fc_sample(s: SampleContext) -> None:
+    s.tensor("input", (2, LONG_FC))
+    _sample_filter_bias(s, (4, LONG_FC), 0, 4, name="weights")
+    _exact_floats(s, "input", "weights", "bias")
+
+
 _FC = Signature((Arg("input", ranks=(2, 3, 4), domain="unit"),
                  Arg("weights", ranks=(2,), domain="unit"),
                  Arg("bias", bias_type("T"), ranks=(1,), quant=bias_of("input", "weights")),
@@ -477,18 +516,22 @@ RECORDS = [
     OpRecord(Op.CONV_2D, _window_sigs((), (_LAYOUT_OPT, *_DILATION)), _conv_variants(Version.V1_0),
              _conv_kernel, _conv_shape, _conv_sample, criterion="conv", layout="layout",
              activation="act", check=_conv_check, min_version=_old_output_scale_rule(),
+             edges=(*edges.WINDOW, edges.long_reduction(
+                 _long_conv_sample, f"3x3 windows of depth {LONG_DEPTH}: dot products of 4608 terms")),
              doc="2-D convolution: output[b,i,j,o] = sum over the window and input channels of "
                  "input x filter[o], plus bias[o]"),
     OpRecord(Op.DEPTHWISE_CONV_2D,
              _window_sigs((Arg("multiplier", T.INT32),), (_LAYOUT_OPT, *_DILATION)),
              _conv_variants(Version.V1_0), _depthwise_kernel, _depthwise_shape, _depthwise_sample,
              criterion="conv", layout="layout", activation="act", check=_depthwise_check,
+             edges=edges.WINDOW,
              min_version=_old_output_scale_rule(),
              doc="depthwise 2-D convolution: each input channel k is convolved with its own "
                  "multiplier filters into output channels k * multiplier + q, plus bias"),
     OpRecord(Op.GROUPED_CONV_2D, _window_sigs((Arg("groups", T.INT32),), (_LAYOUT,)),
              _conv_variants(Version.V1_2), _grouped_kernel, _grouped_shape, _grouped_sample,
              criterion="conv", layout="layout", activation="act", check=_grouped_check,
+             edges=edges.WINDOW,
              doc="grouped 2-D convolution: input and output channels split into groups, each "
                  "group convolved separately, results concatenated, plus bias"),
     OpRecord(Op.TRANSPOSE_CONV_2D,
@@ -503,6 +546,8 @@ RECORDS = [
              (*variants(Version.V1_0, F32, Q8), *variants(Version.V1_2, F16), *variants(Version.V1_3, Q8S)),
              _fc_kernel, _fc_shape, _fc_sample, criterion="conv", activation="act",
              check=_fc_check, min_version=_old_output_scale_rule("weights"),
+             edges=(edges.long_reduction(_long_fc_sample, f"input_size {LONG_FC}: dot products of "
+                                                          f"{LONG_FC} terms"),),
              doc="fully connected layer: input flattened to [batch, input_size] times weights' "
                  "transpose, plus bias"),
 ]

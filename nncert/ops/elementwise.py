@@ -14,6 +14,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -46,7 +47,10 @@ def broadcast_pair_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 
 
 def broadcast_pair_dims(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Two broadcast-compatible shapes (either may be the smaller one)."""
+    """Two broadcast-compatible shapes (either may be the smaller one); an edge case's
+    ``pair_dims`` hook answers instead (``nncert.ops.edges.BROADCAST``)."""
+    if s.edge is not None and s.edge.pair_dims is not None:
+        return s.edge.pair_dims(s)
     dims = s.dims()
     other = broadcastable_dims(s, dims)
     return (other, dims) if s.draw.bool() else (dims, other)
@@ -99,7 +103,9 @@ def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
            criterion: str = "medium", check: Callable[[OpContext], None] | None = None,
            sample: Callable[[SampleContext], None] = sample_broadcast_pair) -> OpRecord:
     """A broadcasting ``output = fn(input0, input1)`` record (optionally with a fused
-    activation input "act"); ``fn`` sees real values (raw ones for INT32 and BOOL8)."""
+    activation input "act"); ``fn`` sees real values (raw ones for INT32 and BOOL8). Its
+    sampler must draw the pair with ``broadcast_pair_dims``: the broadcast-corner edges
+    answer there."""
     inputs = (Arg("input0", ranks=ranks), Arg("input1", ranks=ranks, domain=domain1))
     if activation:
         inputs += (Arg("act", T.INT32),)
@@ -107,7 +113,8 @@ def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return OpRecord(op, (sig,), by_version(versions),
                     lambda ctx: [fn(ctx.value("input0"), ctx.value("input1"))],
                     broadcast_pair_shape, sample, criterion=criterion,
-                    activation="act" if activation else None, check=check, doc=doc)
+                    activation="act" if activation else None, check=check, edges=edges.BROADCAST,
+                    doc=doc)
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.activation import check_rank, same_shape
 from nncert.ops.base import (
     Arg,
@@ -117,13 +118,48 @@ def _softmax_sampler(legacy_ranks: tuple[int, ...] | None,
     return sample
 
 
+#: Length of the long normalisations' axis (two rows of it).
+LONG_AXIS = 4096
+
+
+def _long_softmax_sample(s: SampleContext) -> None:
+    """One element per row at 0, the rest in [-5, -4]: the sum of exponentials is mostly
+    the many small terms, which a float16 accumulator stops adding (past 32)."""
+    dims = (2, LONG_AXIS)
+    k = np.asarray(edges.grid(s, dims, -40, -32) * 8, np.int64)
+    k[0, s.draw.int(0, LONG_AXIS - 1)] = 0
+    k[1, s.draw.int(0, LONG_AXIS - 1)] = 0
+    t = s.type("input")
+    if t.is_quant:
+        zp = t.quant_range[1]
+        s.tensor("input", dims, value=zp + k, scale=0.125, zero_point=zp)
+    else:
+        s.tensor("input", dims, value=k / 8.0)
+    s.scalar("beta", 1.0)
+    if not s.signature.arg("axis").optional:
+        s.scalar("axis", -1)
+
+
+def _long_l2_sample(s: SampleContext) -> None:
+    dims = (2, LONG_AXIS)
+    if s.type("input").is_quant:
+        s.tensor("input", dims)
+        return
+    x = edges.grid(s, dims, -16, 15)
+    s.tensor("input", dims, value=np.where(x == 0, 2.0, x))  # domain: nonzero
+
+
+_LONG_SOFTMAX = edges.long_reduction(_long_softmax_sample,
+                                     f"two rows of {LONG_AXIS}, the sum of exponentials mostly small terms")
+_AXIS_OF_1 = edges.axis_of_1("axis")
+
 _SOFTMAX = OpRecord(
     Op.SOFTMAX,
     (Signature(inputs=(Arg("input", ranks=UP_TO_4), Arg("beta", scalar_of("T")), _OPTIONAL_AXIS),
                outputs=(Arg("output", quant=fixed(1 / 256, 0)),)),),
     by_version({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,)}),
     _softmax, same_shape, _softmax_sampler(_SOFTMAX_RANKS_1_0, axis_optional=True),
-    criterion="relaxed", check=_check(positive=("beta",)),
+    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX),
     doc="exp(beta * x) / sum(exp(beta * x)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_SOFTMAX_RANKS_1_0),
 )
@@ -134,7 +170,7 @@ _LOG_SOFTMAX = OpRecord(
                outputs=(Arg("output"),)),),
     by_version({Version.V1_2: (_F32, _F16)}),
     _log_softmax, same_shape, _softmax_sampler(None, axis_optional=False),
-    criterion="relaxed", check=_check(positive=("beta",)),
+    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX),
     doc="beta * x - log(sum(exp(beta * x))) over the 1-D slices of input along axis",
 )
 
@@ -173,6 +209,7 @@ _L2_NORMALIZATION = OpRecord(
     by_version({Version.V1_0: (_F32,), Version.V1_2: (_F16, _Q8), Version.V1_3: (_Q8S,)}),
     _l2_normalization, same_shape, _l2_sample,
     criterion="relaxed", check=_check(),
+    edges=(_AXIS_OF_1, edges.long_reduction(_long_l2_sample, f"two rows of {LONG_AXIS} squares summed")),
     doc="input / sqrt(sum(input ** 2)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_RANKS_1_0),
 )
@@ -210,7 +247,7 @@ _LOCAL_RESPONSE_NORMALIZATION = OpRecord(
                outputs=(Arg("output"),)),),
     by_version({Version.V1_0: (_F32,), Version.V1_2: (_F16,)}),
     _local_response_normalization, same_shape, _lrn_sample,
-    criterion="relaxed", check=_check(),
+    criterion="relaxed", check=_check(), edges=(_AXIS_OF_1,),
     doc="input / (bias + alpha * sum of squares within radius along axis) ** beta",
     min_version=_ranks_before_1_2(_RANKS_1_0),
 )

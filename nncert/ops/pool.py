@@ -12,6 +12,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -81,10 +82,11 @@ def _pool_sample(s: SampleContext) -> None:
     s.tensor("input", (s.draw.int(1, 2), h, w, s.draw.int(1, 4)))
 
 
-def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: str) -> OpRecord:
+def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: str,
+          without: tuple[edges.Without, ...] = ()) -> OpRecord:
     vs = tuple(v for version, ts in types.items() for v in variants(version, *ts))
     return OpRecord(op, _sigs(out), vs, kernel, _pool_shape, _pool_sample, criterion="relaxed",
-                    layout="layout", activation="act", doc=doc)
+                    layout="layout", activation="act", edges=(*edges.WINDOW, *without), doc=doc)
 
 
 _QUANT_POOL = {Version.V1_0: (F32, Q8), Version.V1_2: (F16,), Version.V1_3: (Q8S,)}
@@ -94,5 +96,6 @@ RECORDS = [
     _pool(Op.MAX_POOL_2D, _max, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
           "maximum of each window, over the taps inside the input"),
     _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),
-          "square root of the mean square of each window, over the taps inside the input"),
+          "square root of the mean square of each window, over the taps inside the input",
+          (edges.Without("saturate_relu", "never negative: a fused RELU has nothing to clamp"),)),
 ]

@@ -16,6 +16,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     FREE,
     Arg,
@@ -102,12 +103,53 @@ def _reduce_sampler(max_count: int | None) -> Callable[[SampleContext], None]:
     return sample
 
 
+#: Length of the long reductions' axis: past 2**16, so that a count or index held in 16
+#: bits wraps, and a driver that reduces the first 65536 elements only is seen.
+LONG = 70_000
+
+
+def _long_rows(s: SampleContext) -> np.ndarray:
+    """Two rows of LONG values, each with a unique maximum and minimum past index 65536:
+    multiples of 1/8 for floats (sums exact in float32), the type's range otherwise; for
+    TENSOR_BOOL8, row 0 all false but one, row 1 all true but one."""
+    t = s.type("input")
+    dims = (2, LONG)
+    top, bottom = (s.draw.int(1 << 16, LONG - 1) for _ in range(2))
+    if bottom == top:
+        bottom = top - 1
+    if t is T.TENSOR_BOOL8:
+        x = np.zeros(dims, bool)
+        x[1] = True
+        x[0, top], x[1, bottom] = True, False
+        return x
+    if t.is_quant or t is T.TENSOR_INT32:
+        lo, hi = t.quant_range if t.is_quant else (-50, 50)
+        x = s.draw.integers(dims, lo + 1, hi - 1)
+        x[:, top], x[:, bottom] = hi, lo
+        return x
+    x = edges.grid(s, dims, -16, 16)
+    x[:, top], x[:, bottom] = 3.0, -3.0
+    return x
+
+
+def _long_reduce_sample(s: SampleContext) -> None:
+    s.tensor("input", (2, LONG), value=_long_rows(s))
+    s.tensor("axes", (1,), value=np.asarray([s.draw.choice((1, -1))], np.int32), const=True)
+    keep = s.draw.bool()
+    s.scalar("keep_dims", keep if s.type("keep_dims") is T.BOOL else int(keep))
+
+
 def _reduce(op: Op, fn: Callable[..., np.ndarray], versions: dict[V, tuple[T, ...]], *,
             keep_type: T = T.BOOL, quant: Quant = FREE, domain: str | None = None,
-            max_count: int | None = None, criterion: str = "relaxed", doc: str = "") -> OpRecord:
+            max_count: int | None = None, criterion: str = "relaxed", long: bool = True,
+            doc: str = "") -> OpRecord:
     vs = tuple(v for version, types in versions.items() for v in variants(version, *types))
+    own = (edges.axis_of_1("axes"),)
+    if long:
+        own += (edges.long_reduction(_long_reduce_sample, f"{LONG} elements per output, extremes "
+                                                          f"past index 65536"),)
     return OpRecord(op, (_reduce_signature(keep_type, quant, domain),), vs, _reduce_kernel(fn),
-                    _reduce_shape, _reduce_sampler(max_count), criterion=criterion, doc=doc)
+                    _reduce_shape, _reduce_sampler(max_count), criterion=criterion, edges=own, doc=doc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -159,11 +201,18 @@ def _arg_sample(s: SampleContext) -> None:
     s.scalar("axis", axis)
 
 
+def _long_arg_sample(s: SampleContext) -> None:
+    s.tensor("input", (2, LONG), value=_long_rows(s))
+    s.scalar("axis", s.draw.choice((1, -1)))
+
+
 def _arg(op: Op, fn: Callable[..., np.ndarray], doc: str) -> OpRecord:
     vs = (*variants(V.V1_2, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, _Q8),
           *variants(V.V1_3, _Q8S))
+    own = (edges.axis_of_1("axis"),
+           edges.long_reduction(_long_arg_sample, f"an axis of {LONG}, the extreme past index 65536"))
     return OpRecord(op, (_ARG,), vs, _arg_kernel(fn), _arg_shape, _arg_sample,
-                    criterion="strict", doc=doc)
+                    criterion="strict", edges=own, doc=doc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,7 +228,8 @@ RECORDS = [
             doc="mean of input over the listed axes (keep_dims > 0 keeps them as size 1)"),
     _reduce(Op.REDUCE_SUM, np.sum, _FLOATS, max_count=8,
             doc="sum of input over the listed axes"),
-    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8,
+    # No long product: thousands of factors in (-1, 1) underflow to zero.
+    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False,
             doc="product of input over the listed axes"),
     _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"),
             doc="maximum of input over the listed axes"),

@@ -163,7 +163,10 @@ def sample_window(s: SampleContext, filter_h: int, filter_w: int, *, dilation: b
     """Draw strides, padding (explicit or implicit, by signature) and maybe dilation for a
     filter of the given size, set them as scalars, and return an input (height, width) for
     which the window fits. ``pool``: keep every window overlapping the input (padding
-    smaller than the filter), as pooling needs."""
+    smaller than the filter), as pooling needs. An edge case's ``window`` hook answers
+    instead (``nncert.ops.edges``)."""
+    if s.edge is not None and s.edge.window is not None:
+        return s.edge.window(s, filter_h, filter_w, dilation, pool)
     stride = [s.draw.choice((1, 1, 2, 3)) for _ in range(2)]
     dil = [1, 1]
     if dilation and s.draw.bool(0.3):

@@ -18,7 +18,7 @@ import numpy as np
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
 from nncert.hal.types import FusedActivationFunc, OperandType, OperationType, Version
-from nncert.ops import records
+from nncert.ops import edges, records
 from nncert.ops.base import (
     Arg,
     Draw,
@@ -85,11 +85,13 @@ class OpCase:
     expected: list[np.ndarray]
     version: Version
     notes: dict[str, Any] = field(default_factory=dict)
+    #: The edge case (``nncert.ops.edges``) this case was drawn as, or None.
+    edge: str | None = None
 
     @property
     def id(self) -> str:
         return case_id(self.record, self.signature, self.variant, self.nchw, self.activation,
-                       self.seed)
+                       self.seed, self.edge)
 
     def model(self, variation: str = "base", pool_kind: str = "ashmem") -> tuple[Model, list[np.ndarray]]:
         """The case as a HAL model in a CTS ``variation``, with the request's input values.
@@ -163,28 +165,38 @@ _ADD_TYPES = {T.TENSOR_FLOAT32: Version.V1_0, T.TENSOR_QUANT8_ASYMM: Version.V1_
 
 
 def case_id(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None,
-            act: int | None, seed: int) -> str:
+            act: int | None, seed: int, edge: str | None = None) -> str:
+    """``ADD-float32-relu6-s0``; an edge case names its edge instead of the activation (which
+    the edge sets): ``ADD-float32-edge_saturate_relu6-s0``."""
     parts = [record.name]
     if sig.name:
         parts.append(sig.name)
     parts.append(var_.label)
     if nchw is not None:
         parts.append("nchw" if nchw else "nhwc")
-    if act is not None:
+    if edge is not None:
+        parts.append(f"edge_{edge}")
+    elif act is not None:
         parts.append(FusedActivationFunc(act).name.lower())
     parts.append(f"s{seed}")
     return "-".join(parts)
 
 
-def _case_rng(record: OpRecord, sig: Signature, var_: Variant, seed: int) -> np.random.Generator:
+def _case_rng(record: OpRecord, sig: Signature, var_: Variant, seed: int,
+              edge: str | None = None, attempt: int = 0) -> np.random.Generator:
     # Layout and activation do not change the draw: NCHW and NHWC cases of a seed hold the
-    # same data, so a layout-only failure shows as such.
-    key = f"{record.name}/{sig.name}/{var_.label}/{seed}".encode()
-    return np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+    # same data, so a layout-only failure shows as such. An edge case's draw is its own (and
+    # its attempt's, when a draw missed the edge).
+    key = f"{record.name}/{sig.name}/{var_.label}/{seed}"
+    if edge is not None:
+        key += f"/edge={edge}/{attempt}"
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
 
 
 #: The seeds of the per-operation suite: three sampled cases per combination.
 SEEDS = (0, 1, 2)
+#: The seeds of the edge cases: one per edge of each signature and type variant.
+EDGE_SEEDS = (0,)
 
 
 def enumerate_cases(seeds: Sequence[int] = SEEDS) -> Iterator[tuple]:
@@ -202,18 +214,76 @@ def enumerate_cases(seeds: Sequence[int] = SEEDS) -> Iterator[tuple]:
                     yield record, sig, var_, nchw, act, seed
 
 
+#: Draws an edge case may take to reach its edge (``Edge.reached``) before it is a
+#: catalogue bug.
+EDGE_TRIES = 12
+
+
+def enumerate_edge_cases(seeds: Sequence[int] = EDGE_SEEDS) -> Iterator[tuple]:
+    """(record, signature, variant, nchw, activation, seed, edge name) of every edge case:
+    each signature x type variant x edge (``nncert.ops.edges.edges_of``) x seed, in NHWC
+    (an edge is not about the layout)."""
+    for record in records():
+        for sig in record.signatures:
+            for var_ in record.variants:
+                nchw = False if record.layout else None
+                for e in edges.edges_of(record, sig, var_):
+                    act = e.activation if record.activation else None
+                    for seed in seeds:
+                        yield record, sig, var_, nchw, act, seed, e.name
+
+
+def is_heavy(key: tuple) -> bool:
+    """Whether an edge case key names a heavy edge (thousands of elements)."""
+    return len(key) > 6 and key[6] is not None and edges.find(key[0], key[1], key[2], key[6]).heavy
+
+
 def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None = None,
-                act: int | None = None, seed: int = 0, draw: Draw | None = None,
-                max_elements: int = 2048, *, values: Values = PER_OPERATION, dim_hi: int = 5,
-                ranks: tuple[int, int] = (1, 4), steer: Steer | None = None,
+                act: int | None = None, seed: int = 0, edge: str | None = None,
+                draw: Draw | None = None, max_elements: int = 2048, *, values: Values = PER_OPERATION,
+                dim_hi: int = 5, ranks: tuple[int, int] = (1, 4), steer: Steer | None = None,
                 connect: Connect | None = None, must_connect: bool = False) -> OpCase:
     """A valid single-operation case with golden outputs. Raises ShapeError (naming the
     record) if the record's sampler produced an invalid case: a catalogue bug, or, with a
     graph generator's ``steer`` and ``connect`` hooks, a combination to draw again (also,
-    with ``must_connect``, a case that consumes nothing ``connect`` offered)."""
-    draw = draw or Draw(_case_rng(record, sig, var_, seed))
-    s = SampleContext(record, sig, var_, draw, max_elements, dim_hi=dim_hi, ranks=ranks, steer=steer)
-    record.sample(s)
+    with ``must_connect``, a case that consumes nothing ``connect`` offered).
+
+    ``edge``: the name of one of the record's edge cases (``nncert.ops.edges``); it sets the
+    activation (``act`` is ignored), and the case is drawn again (from the next attempt's
+    seed) until it reaches its edge."""
+    kw = dict(max_elements=max_elements, values=values, dim_hi=dim_hi, ranks=ranks, steer=steer,
+              connect=connect, must_connect=must_connect)
+    if edge is None:
+        return _sample(record, sig, var_, nchw, act, seed, draw or Draw(_case_rng(record, sig, var_, seed)),
+                       None, **kw)
+    e = edges.find(record, sig, var_, edge)
+    act = e.activation if record.activation else None
+    if e.floats or e.scales:
+        kw["values"] = dataclasses.replace(values, floats=e.floats or values.floats,
+                                           scales=e.scales or values.scales)
+    partial = None
+    for attempt in range(EDGE_TRIES):
+        attempt_draw = draw or Draw(_case_rng(record, sig, var_, seed, edge, attempt))
+        case = _sample(record, sig, var_, nchw, act, seed, attempt_draw, e, **kw)
+        score = e.reached(case.notes["pre_activation"]) if e.reached else edges.FULL
+        if score == edges.FULL:
+            return case
+        if score and partial is None:
+            partial = case
+    if partial is None:
+        raise ShapeError(f"{record.name} {var_.label}: edge case {edge} not reached in {EDGE_TRIES} draws")
+    return partial
+
+
+def _sample(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None, act: int | None,
+            seed: int, draw: Draw, edge: edges.Edge | None, *, max_elements: int, values: Values,
+            dim_hi: int, ranks: tuple[int, int], steer: Steer | None, connect: Connect | None,
+            must_connect: bool) -> OpCase:
+    s = SampleContext(record, sig, var_, draw, max_elements, dim_hi=dim_hi, ranks=ranks, steer=steer,
+                      edge=edge)
+    (edge.sample if edge is not None and edge.sample else record.sample)(s)
+    if edge is not None and edge.adjust:
+        edge.adjust(s)
     if record.layout and nchw:
         s.scalar(record.layout, True)
     if record.activation:
@@ -231,9 +301,19 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
     if shapes is None:
         raise ShapeError(f"{record.name}: output shape unknown with every input known")
     outputs = [dataclasses.replace(o, dimensions=tuple(d)) for o, d in zip(provisional, shapes, strict=True)]
+    policy = edge.output_quant if edge is not None else ""
+    notes: dict[str, Any] = {}
+    if edge is not None and (edge.reached or policy == "pre_activation"):
+        # The golden before the fused activation: where a clamp must act, and what a
+        # quantised output must be able to hold for the clamp to show.
+        plain = [np.zeros((), np.int32) if ci.operand is not None and ci.arg.name == record.activation
+                 else ci.value for ci in inputs]
+        notes["pre_activation"] = evaluate_real(record, in_ops, plain, outputs, m)[0]
     if any(o.type.is_quant for o in outputs):
         real = evaluate_real(record, in_ops, raw, outputs, m)
-        outputs = [_output_quant(record, a, o, r, inputs, var_)
+        if policy == "pre_activation":
+            real = [notes["pre_activation"], *real[1:]]
+        outputs = [_output_quant(record, a, o, r, inputs, var_, policy)
                    for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
     real_in = [kernel_value(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
     ctx = bind(record, in_ops, real_in, outputs, m)
@@ -244,7 +324,8 @@ def sample_case(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | No
         if tuple(e.shape) != tuple(o.dimensions):
             raise ShapeError(f"{record.name}: kernel output {i} has shape {list(e.shape)}, "
                              f"the shape rule says {list(o.dimensions)}")
-    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, instance_version(ctx))
+    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, instance_version(ctx),
+                  notes, None if edge is None else edge.name)
 
 
 def kernel_value(record: OpRecord, operand: Operand | None, value: Any) -> Any:
@@ -380,7 +461,7 @@ def _generate(a: Arg, o: Operand, dims: tuple[int, ...], draw: Draw, values: Val
 
 
 def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
-                  inputs: list[CaseInput], var_: Variant) -> Operand:
+                  inputs: list[CaseInput], var_: Variant, policy: str = "") -> Operand:
     t = o.type
     if not t.is_quant:
         return o
@@ -398,7 +479,19 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
     rmax = max(0.0, float(finite.max()) if finite.size else 0.0)
     if lo == -hi or t is T.TENSOR_QUANT16_SYMM:  # symmetric types: zero point must be 0
         return dataclasses.replace(o, scale=_f32(max(max(-rmin, rmax) / hi, 1e-3)), zero_point=0)
-    scale = max((rmax - rmin) / (hi - lo), 1e-3)
+    # An edge case's policy (nncert.ops.edges.Edge.output_quant): a zero point at the
+    # type's extreme, or a scale as small as the golden's range, below the usual 1e-3 floor.
+    if policy in ("zero_point_min", "zero_point_max"):
+        # The zero point at that extreme holds the golden's values of one sign; when the
+        # golden has none of that sign, the other extreme (a saturated output tests little).
+        at_min = policy == "zero_point_min"
+        if (rmax if at_min else -rmin) <= 0:
+            at_min = not at_min
+        side = rmax if at_min else -rmin
+        scale = side / (hi - lo) if side > 0 else 1e-3
+        return dataclasses.replace(o, scale=_f32(scale), zero_point=lo if at_min else hi)
+    floor = 1e-3 if policy != "range" or rmax == rmin else 0.0
+    scale = max((rmax - rmin) / (hi - lo), floor)
     zp = int(np.clip(round(lo - rmin / scale), lo, hi))
     return dataclasses.replace(o, scale=_f32(scale), zero_point=zp)
 

@@ -1,0 +1,384 @@
+"""Edge cases declared per operation (PyTorch OpInfo's edge samples, for the catalogue).
+
+The samplers of the records draw from the middle of every range, so behaviour that only
+matters at the edges is never exercised. An ``Edge`` names one such place; the case
+builder (``nncert.testing.cases.sample_case(..., edge=NAME)``) draws an edge case through
+the same path as every other case, with a seed derived from the case id and the golden
+from the reference kernels. An edge changes the draw in one or more of these ways:
+
+- ``sample`` replaces the record's sampler, ``adjust`` edits what it drew (both in NHWC);
+- ``pair_dims`` and ``window`` answer the shared samplers of broadcasting pairs
+  (``elementwise.broadcast_pair_dims``) and of window geometry (``window.sample_window``);
+- ``activation``, ``floats`` and ``scales`` set the fused activation and the data ranges;
+- ``output_quant`` sets how a free quantised output's scale and zero point are chosen;
+- ``reached`` checks that a draw really is at the edge (a saturating activation really
+  saturates); the builder draws again, deterministically, until one is.
+
+Families shared by many records live here: ``SATURATE`` and ``QUANT`` apply by themselves
+to every record with a fused activation and every quantised variant (``edges_of``); the
+others (``long_reduction``, ``axis_of_1``, ``BROADCAST``, ``WINDOW``) are declared in the
+records' ``edges``. ``heavy`` edges (tens of thousands of elements) run on the synchronous
+path in CI and on every path under ``-m slow``. The families are listed in ops/README.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nncert.hal.types import FusedActivationFunc
+from nncert.hal.types import OperandType as T
+from nncert.ops.base import ACTIVATION_RANGE, OpRecord, SampleContext, Signature, Variant
+from nncert.ops.window import IMPLICIT, PADDING_SAME, PADDING_VALID, effective_size, implicit_padding
+
+Applies = Callable[[OpRecord, Signature, Variant], bool]
+
+#: Reached: the draw is at the edge on every side it has.
+FULL = 2
+#: Reached on the side that matters most (the upper clamp of RELU1/RELU6).
+PARTIAL = 1
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One named edge case of an operation; see the module doc for what each hook does."""
+
+    name: str
+    family: str
+    doc: str
+    applies: Applies | None = None
+    sample: Callable[[SampleContext], None] | None = None
+    adjust: Callable[[SampleContext], None] | None = None
+    activation: int = 0
+    floats: tuple[float, float] | None = None
+    scales: tuple[float, float] | None = None
+    #: "" (as usual), "pre_activation" (cover the golden before the fused activation, so
+    #: that a clamp shows in the quantised output), "zero_point_min" / "zero_point_max" (the
+    #: zero point at the type's extreme, the scale covering the golden's side of zero),
+    #: "range" (cover the golden's range exactly, however small the scale gets).
+    output_quant: str = ""
+    #: Real output 0 before the fused activation -> FULL, PARTIAL or 0 (draw again).
+    reached: Callable[[np.ndarray], int] | None = None
+    heavy: bool = False
+    pair_dims: Callable[[SampleContext], tuple[tuple[int, ...], tuple[int, ...]]] | None = None
+    #: (context, filter_h, filter_w, dilation allowed, pool) -> input (height, width); sets
+    #: the padding, stride and dilation scalars as ``window.sample_window`` does.
+    window: Callable[[SampleContext, int, int, bool, bool], tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class Without:
+    """In a record's ``edges``: a shared edge that cannot happen for it, and why (L2 pooling
+    is never negative, so a fused RELU has nothing to clamp)."""
+
+    name: str
+    reason: str
+
+
+def edges_of(record: OpRecord, sig: Signature, var_: Variant) -> list[Edge]:
+    """The edges of one signature and type variant: the record's own, then the shared
+    families that apply by themselves (saturating activations, quantisation extremes),
+    less those the record rules out (``Without``)."""
+    own = [e for e in record.edges if isinstance(e, Edge)]
+    ruled_out = {w.name for w in record.edges if isinstance(w, Without)}
+    found = [e for e in (*own, *SATURATE, *QUANT) if e.name not in ruled_out and
+             (e.applies is None or e.applies(record, sig, var_))]
+    names = [e.name for e in found]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"{record.name} declares an edge twice: {names}")
+    return found
+
+
+def find(record: OpRecord, sig: Signature, var_: Variant, name: str) -> Edge:
+    for e in edges_of(record, sig, var_):
+        if e.name == name:
+            return e
+    raise ValueError(f"{record.name} {var_.label} has no edge case {name!r}")
+
+
+def grid(s: SampleContext, dims: Sequence[int], lo: int, hi: int) -> np.ndarray:
+    """Multiples of 1/8 in [lo/8, hi/8]: sums and products of many of them are exact in
+    float32 (in any order), so a long accumulation has one right answer, which a float16
+    accumulator misses."""
+    return s.draw.integers(dims, lo, hi) / 8.0
+
+
+# ---------------------------------------------------------------------------------------
+# Saturating fused activations (every record with an activation input)
+
+
+def _has_activation(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    return bool(record.activation) and sig.outputs[0].resolve(var_.types) is not T.TENSOR_INT32
+
+
+def _crosses(act: FusedActivationFunc) -> Callable[[np.ndarray], int]:
+    lo, hi = ACTIVATION_RANGE[act]
+
+    def reached(pre: np.ndarray) -> int:
+        x = pre[np.isfinite(pre)]
+        above, below = bool((x > hi).any()), bool((x < lo).any())
+        inside = bool(((x > lo) & (x < hi)).any())
+        key = above if hi != math.inf else below
+        if not key:
+            return 0
+        return FULL if inside and (below or lo == -math.inf) and (above or hi == math.inf) else PARTIAL
+
+    return reached
+
+
+SATURATE = tuple(
+    Edge(f"saturate_{act.name.lower()}", "saturate",
+         f"fused {act.name} with results well beyond its bounds on both sides",
+         applies=_has_activation, activation=int(act), floats=(-8.0, 8.0), scales=(0.05, 0.1),
+         output_quant="pre_activation", reached=_crosses(act))
+    for act in (FusedActivationFunc.RELU, FusedActivationFunc.RELU1, FusedActivationFunc.RELU6))
+
+
+# ---------------------------------------------------------------------------------------
+# Extreme but valid quantisation parameters (every quantised variant)
+
+_EIGHT_BIT = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM)
+
+
+def _quant_inputs(sig: Signature, var_: Variant) -> list[str]:
+    return [a.name for a in sig.inputs if a.resolve(var_.types) in _EIGHT_BIT]
+
+
+def _asymm(t: T) -> bool:
+    lo, hi = t.quant_range
+    return lo != -hi
+
+
+def _quant_applies(zero_point: str = "") -> Applies:
+    """Records that dequantize, with an 8-bit quantised input or a free 8-bit output;
+    ``zero_point``: one that is asymmetric (and, for "max", no input that must be positive:
+    the zero point at the top leaves no positive value)."""
+
+    def applies(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+        if not record.dequantize:
+            return False
+        args = [a for a in sig.inputs if a.resolve(var_.types) in _EIGHT_BIT]
+        outs = [a for a in sig.outputs if a.resolve(var_.types) in _EIGHT_BIT and a.quant.kind == "free"]
+        if zero_point:
+            args = [a for a in args if _asymm(a.resolve(var_.types))]
+            outs = [a for a in outs if _asymm(a.resolve(var_.types))]
+            if zero_point == "max" and any(a.domain == "positive" for a in args):
+                return False
+        return bool(args or outs)
+
+    return applies
+
+
+def _zero_points(which: str) -> Callable[[SampleContext], None]:
+    def adjust(s: SampleContext) -> None:
+        for name in _quant_inputs(s.signature, s.variant):
+            t = s.type(name)
+            if not _asymm(t):
+                continue
+            lo, hi = t.quant_range
+            for item in _items(s, name):
+                item.zero_point = lo if which == "min" else hi
+
+    return adjust
+
+
+def _scales(first: tuple[float, float], rest: tuple[float, float]) -> Callable[[SampleContext], None]:
+    """The first quantised input's scale from ``first``, the others' from ``rest``."""
+
+    def adjust(s: SampleContext) -> None:
+        k = 0
+        for name in _quant_inputs(s.signature, s.variant):
+            for item in _items(s, name):
+                if item.channel_dim is not None:
+                    continue
+                lo, hi = first if k == 0 else rest
+                item.scale = float(np.float32(math.exp(s.draw.float(math.log(lo), math.log(hi)))))
+                if item.zero_point is None:  # what the case builder would draw for a free one
+                    t = s.type(name)
+                    item.zero_point = s.draw.int(*t.quant_range) if _asymm(t) else 0
+                k += 1
+
+    return adjust
+
+
+def _items(s: SampleContext, name: str) -> list:
+    got = s.inputs.get(name)
+    if got is None:
+        return []
+    items = got if isinstance(got, list) else [got]
+    return [i for i in items if not i.omitted and i.dims is not None]
+
+
+QUANT = (
+    Edge("quant_zero_point_min", "quant",
+         "every 8-bit asymmetric input and free output with its zero point at the type's minimum",
+         applies=_quant_applies("min"), adjust=_zero_points("min"), output_quant="zero_point_min"),
+    Edge("quant_zero_point_max", "quant",
+         "every 8-bit asymmetric input and free output with its zero point at the type's maximum",
+         applies=_quant_applies("max"), adjust=_zero_points("max"), output_quant="zero_point_max"),
+    Edge("quant_scale_tiny", "quant",
+         "8-bit inputs with scales near 1e-7 (below float16's normal range), outputs to match",
+         applies=_quant_applies(), adjust=_scales((1e-7, 1e-6), (1e-7, 1e-6)), output_quant="range"),
+    Edge("quant_scale_ratio", "quant",
+         "the first 8-bit input with a scale near 1, the others near 1e-4: input/output scale "
+         "ratios far from 1 both ways",
+         applies=_quant_applies(), adjust=_scales((0.25, 1.0), (1e-4, 4e-4)), output_quant="range"),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Long reductions and accumulations (declared by the records, which know their inputs)
+
+
+def long_reduction(sample: Callable[[SampleContext], None], doc: str) -> Edge:
+    """An accumulation over thousands of elements: ``sample`` draws it (``grid`` data
+    makes float32 results exact). Heavy: the synchronous path in CI."""
+    return Edge("long_reduction", "long", doc, sample=sample, heavy=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Length-1 axes (declared by the reductions and normalisations)
+
+
+def axis_of_1(axis_arg: str, applies: Applies | None = None) -> Edge:
+    """The reduced or normalised axes (the ``axis_arg`` input: a scalar or a 1-D tensor,
+    default the arg's default) of length 1; an explicit input value is cut to match."""
+
+    def adjust(s: SampleContext) -> None:
+        item = s.inputs["input"]
+        dims = list(item.dims)
+        got = s.inputs.get(axis_arg)
+        value = s.signature.arg(axis_arg).default if got is None else got.value
+        for a in sorted({int(a) % len(dims) for a in np.asarray(value).reshape(-1)}):
+            dims[a] = 1
+            if item.value is not None:
+                item.value = np.take(np.asarray(item.value), [0], axis=a)
+        item.dims = tuple(dims)
+
+    return Edge("axis_of_1", "length_1", f"every axis named by {axis_arg} has length 1",
+                applies=applies, adjust=adjust)
+
+
+# ---------------------------------------------------------------------------------------
+# Broadcast corners (declared by every broadcasting binary operation)
+
+
+def _ordered(s: SampleContext, a: tuple[int, ...], b: tuple[int, ...]):
+    return (a, b) if s.draw.bool() else (b, a)
+
+
+def _complementary(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    rank, flip = s.draw.int(2, 4), s.draw.int(0, 1)
+    a, b = [], []
+    for i in range(rank):
+        n = s.draw.int(2, 4)
+        a.append(n if (i + flip) % 2 else 1)
+        b.append(1 if (i + flip) % 2 else n)
+    return tuple(a), tuple(b)
+
+
+def _rank_mismatch(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    big = s.dims(s.draw.int(3, 4), 2, 4)
+    small = big[len(big) - s.draw.int(1, 2):]
+    return _ordered(s, big, small)
+
+
+def _one_element(s: SampleContext) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return _ordered(s, s.dims(s.draw.int(2, 4), 2, 4), (1,))
+
+
+BROADCAST = (
+    Edge("broadcast_complementary", "broadcast",
+         "both operands broadcast: complementary 1s, as [2, 1] x [1, 3]", pair_dims=_complementary),
+    Edge("broadcast_rank_mismatch", "broadcast",
+         "a rank-3/4 operand against a rank-1/2 one (its trailing dimensions)", pair_dims=_rank_mismatch),
+    Edge("broadcast_one_element", "broadcast", "a [1] operand against a rank-2..4 one",
+         pair_dims=_one_element),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Padding, stride and dilation at the border of validity (declared by the windowed ops)
+
+
+def _has_dilation(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    return any(a.name == "dilation_w" for a in sig.inputs)
+
+
+def _window_edge(kind: str) -> Callable[[SampleContext, int, int, bool, bool], tuple[int, int]]:
+    def window(s: SampleContext, filter_h: int, filter_w: int, dilation: bool, pool: bool) -> tuple[int, int]:
+        implicit = s.signature.name == IMPLICIT
+        scheme = PADDING_SAME if kind in ("stride_over_filter", "same_odd") else PADDING_VALID
+        sizes, strides, dils, pads = [], [], [], []
+        for f in (filter_h, filter_w):
+            d = s.draw.int(2, 4) if kind == "dilation_border" and dilation else 1
+            eff = effective_size(f, d)
+            limit = f - 1 if pool else 2  # a pooling window must overlap the input
+            p = (0, 0)
+            if kind == "stride_over_filter":
+                st = s.draw.int(max(f + 1, 4), f + 3)
+                if not implicit:
+                    p = (s.draw.int(0, min(2, limit)), s.draw.int(0, min(2, limit)))
+                n = s.draw.int(max(1, eff - sum(p)) + st, max(1, eff - sum(p)) + 2 * st)
+            elif kind == "filter_covers_input":
+                st = s.draw.int(1, 3)
+                if not implicit:
+                    head = s.draw.int(0, min(limit, eff - 1))
+                    p = (head, s.draw.int(0, min(limit, eff - 1 - head)))
+                n = eff - sum(p)
+            elif kind == "dilation_border":
+                st = s.draw.int(1, 3)
+                if not implicit:
+                    p = (s.draw.int(0, 2), s.draw.int(0, 2))
+                k = s.draw.int(0, 2)
+                while eff + st * k - sum(p) < 1:
+                    k += 1
+                n = eff + st * k - sum(p)  # the last window's last tap on the last padded row
+            else:  # same_odd: padding split unevenly (the tail one larger)
+                st = s.draw.int(1, 2)
+                n = s.draw.int(1, 4)
+                if implicit:
+                    odd = [m for m in range(1, 9) if sum(implicit_padding(m, st, f, PADDING_SAME)) % 2]
+                    n = odd[s.draw.int(0, len(odd) - 1)] if odd else n
+                elif limit >= 1:
+                    head = s.draw.int(0, min(limit, 2) - 1)
+                    p = (head, head + 1)
+                    n = s.draw.int(max(1, eff - sum(p)), max(1, eff - sum(p)) + 3)
+            sizes.append(n)
+            strides.append(st)
+            dils.append(d)
+            pads.append(p)
+        if implicit:
+            s.scalar("padding", scheme)
+        else:
+            s.scalar("pad_left", pads[1][0])
+            s.scalar("pad_right", pads[1][1])
+            s.scalar("pad_top", pads[0][0])
+            s.scalar("pad_bottom", pads[0][1])
+        s.scalar("stride_w", strides[1])
+        s.scalar("stride_h", strides[0])
+        if kind == "dilation_border" and dilation:
+            s.scalar("dilation_w", dils[1])
+            s.scalar("dilation_h", dils[0])
+        return sizes[0], sizes[1]
+
+    return window
+
+
+WINDOW = (
+    Edge("window_stride_over_filter", "window",
+         "strides of 4 and more, larger than the filter (rows skipped; SAME padding for that stride)",
+         window=_window_edge("stride_over_filter")),
+    Edge("window_filter_covers_input", "window",
+         "the (dilated) filter as large as the padded input: one output position",
+         window=_window_edge("filter_covers_input")),
+    Edge("window_dilation_border", "window",
+         "dilation 2..4 whose last tap lands on the last (padded) row and column",
+         applies=_has_dilation, window=_window_edge("dilation_border")),
+    Edge("window_same_odd", "window",
+         "padding split unevenly: SAME with an odd total, or explicit tail = head + 1",
+         window=_window_edge("same_odd")),
+)
