@@ -74,8 +74,9 @@ CONDITIONS = (True, False, False, True, True, False, True, False)
 TRIPS = (3, 0, 7, 1, 0, 5, 2, 9)
 #: Turns of the doubling WHILE (4 - n of them: its output is 2 ** turns times its input).
 DOUBLING_N = (2, 4, 0, 3, 1, 4)
-#: (rows of x, rows of y, columns) of the concatenation: each input's shape changes alone.
-CONCAT_SHAPES = ((2, 1, 3), (2, 4, 3), (5, 1, 3), (2, 1, 3), (1, 1, 2), (2, 4, 3), (5, 4, 2))
+#: (rows of x, rows of y, columns) of the concatenation: each input's shape changes alone, and
+#: (6, 3, 1) has the sizes of (2, 1, 3) in other shapes.
+CONCAT_SHAPES = ((2, 1, 3), (2, 4, 3), (5, 1, 3), (6, 3, 1), (2, 1, 3), (1, 1, 2), (2, 4, 3), (5, 4, 2))
 
 
 def _pick(seq: tuple, i: int):
