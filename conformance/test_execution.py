@@ -232,7 +232,7 @@ def _check_fenced_timing(info, measured: bool, called: float, returned: float, l
 
 
 def _seeded(request) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 @pytest.mark.req("EXE-1", "EXE-8", "EXE-7")

@@ -152,7 +152,7 @@ def _kinds(*names: str) -> list:
 
 def _rng(request: pytest.FixtureRequest, stream: int = 0) -> np.random.Generator:
     """Data of one test: seeded by its id (and a stream number, one per thread)."""
-    return np.random.default_rng([zlib.crc32(request.node.nodeid.encode()), stream])
+    return np.random.default_rng([zlib.crc32(request.node.name.encode()), stream])
 
 
 def _request(model: Model, work: Workload, job: Job) -> Request:
