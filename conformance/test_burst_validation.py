@@ -1,7 +1,9 @@
-"""Burst validation (BURST-1..4, VAL-1): bad memory slots, releasing an unknown slot, and a
-request whose slot list does not match its pools get INVALID_ARGUMENT, never a hang; for a
-burst whose requests travel over a shared-memory queue, malformed messages on the queue get
-an error result (INVALID_ARGUMENT) and the burst keeps working."""
+"""Burst validation (BURST-1..4, VAL-1, VAL-2): bad memory slots, releasing an unknown slot, and
+a request whose slot list does not match its pools get INVALID_ARGUMENT, never a hang; every
+request mutation sent on a burst whose slots already hold the request's memories gets
+INVALID_ARGUMENT with nothing written; for a burst whose requests travel over a shared-memory
+queue, malformed messages on the queue get an error result (INVALID_ARGUMENT) and the burst
+keeps working."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from nncert.drivers.service.fmq import QueueTimeout
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import HalError
 from nncert.hal.types import ErrorStatus
-from nncert.testing.harness import add_model, check_outputs, prepare_or_skip
+from nncert.testing.harness import add_model, check_outputs, prepare_or_skip, status_of
+from nncert.testing.mutations import GUARD, pool_bytes, request_mutations, stray_writes
 
 DIMS = (2, 3)
 #: Seconds a queue-level exchange may take before it counts as a hang.
@@ -80,6 +83,39 @@ def test_slot_count_must_match_the_pools(burst, slots):
     model, _, b = burst
     _expect_invalid(lambda: b.execute(build_request(model, [np.zeros(DIMS, np.float32)] * 2), slots),
                     f"{len(slots)} slot ids for 2 pools")
+    _run_ok(model, b)
+
+
+@pytest.mark.req("BURST-2", "VAL-1", "VAL-2")
+def test_mutated_request_on_cached_slots_is_rejected(burst):
+    """Once a burst holds the request's memories in its slots (BURST-2), each request mutation
+    on those slots still gets INVALID_ARGUMENT and writes nothing: a burst must check every
+    request against the memories it holds, not only a memory when it first arrives. New
+    memories (a pool too short, an empty one) take fresh slots."""
+    model, _, b = burst
+    rng = np.random.default_rng(3)
+    x, y = (rng.uniform(-2, 2, DIMS).astype(np.float32) for _ in range(2))
+    request = build_request(model, [x, y], guard=GUARD)
+    held = {}  # id(pool) -> (slot, pool): the pool is kept alive, so its id is never reused
+
+    def slots_of(r) -> list[int]:
+        return [held.setdefault(id(p), (next(_FRESH_SLOTS), p))[0] for p in r.pools]
+
+    b.execute(request, slots_of(request))
+    check_outputs([x + y], read_outputs(model, request, [DIMS]), model)
+    problems = []
+    for label, mutated in request_mutations(request, model):
+        before = pool_bytes(mutated)
+        try:
+            status = status_of(lambda r=mutated: b.execute(r, slots_of(r)))
+        finally:
+            stray = stray_writes(mutated, before)
+        if status is not ErrorStatus.INVALID_ARGUMENT:
+            problems.append(f"{label}: {'accepted' if status is ErrorStatus.NONE else status.name}")
+        if stray:
+            problems.append(f"{label}: wrote {', '.join(stray)}")
+    assert not problems, "VAL-1: invalid requests on a burst's cached slots, expected INVALID_ARGUMENT " \
+                         f"and nothing written: {'; '.join(problems[:6])} ({len(problems)} in all)"
     _run_ok(model, b)
 
 

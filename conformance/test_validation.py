@@ -2,28 +2,41 @@
 
 Every mutation kind of the notes on VAL-1 (docs/requirements.md) is applied to a valid
 single-operation model of every catalogue operation; ``supported_operations`` and
-``prepare_model`` must both reject the result with INVALID_ARGUMENT. Requests with an input
-or an output removed must be rejected on every execution path.
+``prepare_model`` must both reject the result with INVALID_ARGUMENT.
+
+Requests (VAL-1, VAL-2): every request mutation (``request_mutations``: an argument removed,
+a location outside its pool or naming no pool, a length that is not the operand's, dimensions
+that conflict with the model's or have another rank, a required input given no value, a pool
+that is empty or too short) is applied to every input and output, on every execution path,
+and must get INVALID_ARGUMENT without a byte of the caller's pools written. The requests carry
+guard bytes around every argument (so every argument is also unaligned, which is valid):
+valid requests must run right and write nothing but their outputs, and a short output buffer
+must not be overrun. A representative set of models runs in CI; every operation under -m slow.
 """
 
 from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 
-from nncert.hal.builder import ModelBuilder, build_request
+from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import HalError
+from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
 from nncert.testing.cases import sample_case
-from nncert.testing.harness import PATHS, execute, prepare_or_skip
+from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_fenced, status_of
 from nncert.testing.mutations import (
+    GUARD,
     KINDS,
     bad_preferences,
     bad_priorities,
     model_mutations,
+    pool_bytes,
     request_mutations,
+    stray_writes,
 )
 
 T = OperandType
@@ -83,17 +96,140 @@ def test_mutated_model_is_rejected(driver, key, kind):
             _expect_invalid(lambda m=mutated: driver.prepare_model(m), f"prepare_model ({label})")
 
 
-@pytest.mark.req("VAL-1")
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("key", [pytest.param(k, id=f"{k[0].name}-{k[2].label}") for k in _valid_keys()
-                                 if k[2].primary is T.TENSOR_FLOAT32 or k[0].name in ("QUANTIZE", "CAST")])
-def test_mutated_request_is_rejected(driver, key, path):
+# --- requests (VAL-1, VAL-2)
+
+#: The paths a request is tried on: those of EXE-1 and BURST-1, and a fenced execution with
+#: no fence to wait for, which a driver may run inline on a path of its own.
+REQUEST_PATHS = (*PATHS, "fenced_unfenced")
+
+
+def _two_outputs() -> tuple[Model, list[np.ndarray], list[np.ndarray]]:
+    """x + y and x * y: two outputs sharing a pool, so that one written past its end lands in
+    the guard before the other."""
+    b = ModelBuilder()
+    dims = (2, 3)
+    x, y = b.operand(T.TENSOR_FLOAT32, dims), b.operand(T.TENSOR_FLOAT32, dims)
+    act = b.constant(T.INT32, 0)
+    total, product = b.operand(T.TENSOR_FLOAT32, dims), b.operand(T.TENSOR_FLOAT32, dims)
+    b.operation(OperationType.ADD, [x, y, act], [total])
+    b.operation(OperationType.MUL, [x, y, act], [product])
+    rng = np.random.default_rng(7)
+    feeds = [rng.uniform(-2, 2, dims).astype(np.float32) for _ in range(2)]
+    return b.build([x, y], [total, product]), feeds, [feeds[0] + feeds[1], feeds[0] * feeds[1]]
+
+
+#: The models CI runs the request tests on: two outputs in one pool (float32, 24-byte
+#: arguments), a 4-D input (CONV_2D), 1-byte elements in and out (SELECT on bool8 and signed
+#: quant8), 2-byte elements with three rank-1 inputs (CONCATENATION float16), and a change of
+#: element size (QUANTIZE). Every other catalogue operation runs under -m slow.
+REPRESENTATIVE = {"CONV_2D-float32", "SELECT-quant8_asymm_signed", "CONCATENATION-float16",
+                  "QUANTIZE-float32-U=quant8_asymm"}
+
+
+def _request_params() -> list:
+    params = [pytest.param("two_outputs", id="two_outputs")]
+    for k in _valid_keys():
+        name = f"{k[0].name}-{k[2].label}"
+        params.append(pytest.param(k, id=name, marks=() if name in REPRESENTATIVE else pytest.mark.slow))
+    return params
+
+
+def _request_model(key) -> tuple[Model, list[np.ndarray], list[np.ndarray]]:
+    """A valid model, its input values and its golden outputs."""
+    if key == "two_outputs":
+        return _two_outputs()
     case = _case(key)
     model, feeds = case.model()
+    return model, feeds, case.expected
+
+
+def _run(prepared, request, path: str) -> None:
+    """Execute on ``path``; raises HalError with the status on failure."""
+    if path != "fenced_unfenced":
+        execute(prepared, request, path, MeasureTiming.YES)
+        return
+    info = run_fenced(prepared, request, (), MeasureTiming.YES)
+    if info.status is not ErrorStatus.NONE:
+        raise HalError(info.status, info.message or "fenced execution failed")
+
+
+def _report(requirement: str, what: str, problems: list[str]) -> None:
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; ... ({len(problems)} in all)" if len(problems) > 6 else "")
+        pytest.fail(f"{requirement}: {what}: {shown}")
+
+
+@pytest.mark.req("VAL-1", "VAL-2")
+@pytest.mark.parametrize("path", REQUEST_PATHS)
+@pytest.mark.parametrize("key", _request_params())
+def test_mutated_request_is_rejected(driver, key, path):
+    """Every request mutation gets INVALID_ARGUMENT, and no byte of any pool is written."""
+    model, feeds, _ = _request_model(key)
     prepared = prepare_or_skip(driver, model)
-    for label, request in request_mutations(build_request(model, feeds)):
-        _expect_invalid(lambda r=request: execute(prepared, r, path, MeasureTiming.YES),
-                        f"{path} execution ({label})")
+    problems = []
+    for label, request in request_mutations(build_request(model, feeds, guard=GUARD), model):
+        before = pool_bytes(request)
+        try:
+            status = status_of(lambda r=request: _run(prepared, r, path))
+        finally:
+            stray = stray_writes(request, before)
+        if status is not ErrorStatus.INVALID_ARGUMENT:
+            problems.append(f"{label}: {'accepted' if status is ErrorStatus.NONE else status.name}")
+        if stray:
+            problems.append(f"{label}: wrote {', '.join(stray)}")
+    _report("VAL-1", f"{path} execution of invalid requests (expected INVALID_ARGUMENT, nothing written)",
+            problems)
+
+
+@pytest.mark.req("VAL-2", "EXE-2")
+@pytest.mark.parametrize("path", REQUEST_PATHS)
+@pytest.mark.parametrize("key", _request_params())
+def test_guarded_request_runs(driver, key, path):
+    """A valid request whose arguments sit unaligned between guard bytes gives the right
+    outputs and writes nothing else: neither the guards nor the inputs."""
+    model, feeds, expected = _request_model(key)
+    prepared = prepare_or_skip(driver, model)
+    request = build_request(model, feeds, guard=GUARD)
+    before = pool_bytes(request)
+    try:
+        _run(prepared, request, path)
+    except HalError as e:
+        pytest.fail(f"VAL-2: a valid request with unaligned arguments failed on {path}: {e}")
+    _report("VAL-2", f"{path} execution wrote outside its outputs",
+            stray_writes(request, before, request.outputs))
+    check_outputs(expected, read_outputs(model, request, [e.shape for e in expected]), model)
+
+
+@pytest.mark.req("VAL-2", "EXE-5")
+@pytest.mark.parametrize("path", REQUEST_PATHS)
+@pytest.mark.parametrize("key", _request_params())
+def test_short_output_request_is_not_overrun(driver, key, path):
+    """An output buffer one element short (shorter by less, for a single element) fails the run
+    (OUTPUT_INSUFFICIENT_SIZE; INVALID_ARGUMENT on a fenced path, which cannot report shapes)
+    and nothing is written past any buffer."""
+    model, feeds, _ = _request_model(key)
+    prepared = prepare_or_skip(driver, model)
+    sg = model.main
+    allowed = (ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,) + \
+        ((ErrorStatus.INVALID_ARGUMENT,) if path.startswith("fenced") else ())
+    problems = []
+    for i, idx in enumerate(sg.output_indexes):
+        size = sg.operands[idx].byte_size()
+        if size < 2:
+            continue  # no shorter buffer has a length (a zero length is invalid)
+        short = {i: min(dtype_of(sg.operands[idx].type).itemsize, size - 1)}
+        request = build_request(model, feeds, guard=GUARD, output_shrink=short)
+        before = pool_bytes(request)
+        try:
+            status = status_of(lambda r=request: _run(prepared, r, path))
+        finally:
+            stray = stray_writes(request, before, request.outputs)
+        if status not in allowed:
+            problems.append(f"output {i} one element short: {status.name}, expected "
+                            f"{' or '.join(s.name for s in allowed)}")
+        if stray:
+            problems.append(f"output {i} one element short: wrote {', '.join(stray)}")
+    _report("VAL-2", f"{path} execution with a short output buffer", problems)
 
 
 @pytest.mark.req("VAL-1")

@@ -847,7 +847,7 @@ def test_request_location():
 
 def test_request_no_value():
     model, request = _request(omitted_inputs=[1])
-    validate_request(request, model)  # omitting an input is the run's problem, not the request's
+    expect_request(request, model, "request-omitted", "request input 1")  # ADD needs both inputs
     request.inputs[1].location = DataLocation(0, 8, 0)
     expect_request(request, model, "request-location", "request input 1")
     model, request = _request(omitted_inputs=[1])

@@ -146,10 +146,17 @@ class ModelBuilder:
         return Model(graphs[0], graphs[1:], bytes(copy_values), pools, relax)
 
 
+def guard_bytes(start: int, stop: int) -> bytes:
+    """The guard pattern's bytes ``start`` to ``stop`` of a pool: a byte that depends on its
+    position, so that a stray write of zeros, of a copy of nearby bytes or of a shifted
+    output all show."""
+    return ((np.arange(start, stop, dtype=np.uint32) * 29 + 0xA5) & 0xFF).astype(np.uint8).tobytes()
+
+
 def build_request(model: Model, inputs: Sequence[np.ndarray],
                   output_dims: Sequence[Sequence[int] | None] | None = None,
                   pool_kind: str = "ashmem", output_shrink: dict[int, int] | None = None,
-                  omitted_inputs: Sequence[int] = ()) -> Request:
+                  omitted_inputs: Sequence[int] = (), guard: int = 0) -> Request:
     """A request whose inputs hold ``inputs`` and whose outputs have room for ``output_dims``.
 
     Inputs live in one pool and outputs in another, each argument 8-byte aligned (EXE-2:
@@ -158,6 +165,12 @@ def build_request(model: Model, inputs: Sequence[np.ndarray],
     known); those dimensions are also given in the request argument when the model's
     are not fully specified. ``output_shrink`` takes bytes off an output buffer's length
     (to provoke OUTPUT_INSUFFICIENT_SIZE, EXE-5).
+
+    ``guard`` > 0 lays the arguments out with ``guard`` bytes of the guard pattern
+    (``guard_bytes``) before and after each one instead, and fills the output buffers with
+    it too: a driver that writes outside its outputs, or writes a request it rejected,
+    changes bytes that the caller can compare (VAL-2). A guard that is not a multiple of 8
+    leaves the arguments unaligned, which NNAPI allows.
     """
     sg = model.main
     in_args, in_data = [], []
@@ -181,21 +194,27 @@ def build_request(model: Model, inputs: Sequence[np.ndarray],
         dims = () if operand.fully_specified else tuple(want or ())
         out_args.append(RequestArgument(False, DataLocation(1, 0, size), dims))
         out_sizes.append(size)
-    pools = [_pack(in_args, in_data, pool_kind),
-             _pack(out_args, [bytes(s) for s in out_sizes], pool_kind)]
+    pools = [_pack(in_args, in_data, pool_kind, guard),
+             _pack(out_args, [None] * len(out_args) if guard else [bytes(s) for s in out_sizes],
+                   pool_kind, guard, out_sizes)]
     return Request(in_args, out_args, pools)
 
 
-def _pack(args: list[RequestArgument], data: list[bytes], kind: str) -> Memory:
-    offset = 0
-    for arg, d in zip(args, data, strict=True):
+def _pack(args: list[RequestArgument], data: list[bytes | None], kind: str, guard: int = 0,
+          sizes: list[int] | None = None) -> Memory:
+    """A pool holding ``data`` (None: the guard pattern) for ``args``, setting their offsets."""
+    sizes = sizes or [len(d or b"") for d in data]
+    offset = guard
+    for arg, size in zip(args, sizes, strict=True):
         if not arg.has_no_value:
             arg.location.offset = offset
-            offset += _align(len(d))
+            offset += size + guard if guard else _align(size)
     pool = Memory.create(max(offset, 1), kind)
     view = pool.view()
+    if guard:
+        view[:] = guard_bytes(0, pool.size)
     for arg, d in zip(args, data, strict=True):
-        if not arg.has_no_value:
+        if not arg.has_no_value and d is not None:
             view[arg.location.offset:arg.location.offset + len(d)] = d
     return pool
 

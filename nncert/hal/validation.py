@@ -80,7 +80,10 @@ pool, positive length for a pool of known size, an all-zero location for an omit
 argument), ``request-dimensions`` (rank and known dimensions agree with the model; inputs end
 up fully specified; no dimensions on a scalar or an omitted argument), ``request-length``
 (an input's length equals its byte size; an output's may be smaller, which is
-OUTPUT_INSUFFICIENT_SIZE at run time, but not larger).
+OUTPUT_INSUFFICIENT_SIZE at run time, but not larger), ``request-omitted`` (an input given
+no value is one that every operation reading it takes as an optional input:
+``input_may_be_omitted``). An argument's offset need not be aligned: NNAPI only has a
+preferred alignment, so a driver must take any offset inside the pool.
 """
 
 from __future__ import annotations
@@ -997,6 +1000,36 @@ def validate_request(request: Request, model: Model) -> None:
         is_output = what == "output"
         for i, (arg, idx) in enumerate(zip(args, idxs, strict=True)):
             _validate_argument(arg, sg.operands[idx], sizes, is_output, f"request {what} {i}")
+            if arg.has_no_value and not is_output and not input_may_be_omitted(model, i):
+                raise ValidationError("request-omitted", f"request input {i}",
+                                      "an input that an operation requires has no value (only optional "
+                                      "operation inputs may be omitted)")
+
+
+def input_may_be_omitted(model: Model, position: int) -> bool:
+    """Whether model input ``position`` may be given no value in a request (``has_no_value``).
+
+    NNAPI lets a caller omit only what an operation treats as optional, so the input may be
+    omitted when every operation of the main subgraph that reads it still matches a catalogue
+    signature with it omitted (an input no operation reads may be omitted too). Operations the
+    catalogue does not describe (IF, WHILE) are left to the run: the interpreter rejects an
+    omission they cannot take with INVALID_ARGUMENT, as the CpuExecutor does (BAD_DATA)."""
+    sg = model.main
+    idx = sg.input_indexes[position]
+    operands = sg.operands
+    for op in sg.operations:
+        if idx not in op.inputs:
+            continue
+        record = get(op.type)
+        if record is None:
+            continue
+        in_types = [None if k == idx or operands[k].lifetime == OperandLifeTime.NO_VALUE else operands[k].type
+                    for k in op.inputs]
+        try:
+            match(record, in_types, [operands[k].type for k in op.outputs])
+        except ShapeError:
+            return False
+    return True
 
 
 def _validate_argument(arg: RequestArgument, operand: Operand, sizes: list[int | None],

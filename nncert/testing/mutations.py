@@ -19,6 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 
+import numpy as np
+
+from nncert.hal.memory import Memory
 from nncert.hal.model import (
     DataLocation,
     Model,
@@ -35,6 +38,7 @@ from nncert.hal.types import (
     OperationType,
     Priority,
 )
+from nncert.hal.validation import input_may_be_omitted
 from nncert.ops import get
 from nncert.ops.base import ShapeError, match
 
@@ -65,8 +69,15 @@ KINDS = (
     "cycle",
 )
 
-#: The request mutation kinds.
-REQUEST_KINDS = ("remove_input", "remove_output")
+#: Bytes of guard pattern the suites put around every request argument
+#: (``build_request(guard=GUARD)``): not a multiple of 8, so every argument is unaligned too.
+GUARD = 5
+
+#: The request mutation kinds, in the order they are produced (per argument: location, then
+#: dimensions; then the omitted inputs, then the pools).
+REQUEST_KINDS = ("remove_input", "remove_output", "location_pool", "location_offset", "location_padding",
+                 "location_length", "dimensions_rank", "dimensions_value", "no_value", "pool_empty",
+                 "pool_short", "remove_pool")
 
 #: Operand types a model may use (the OEM types are not part of the AIDL HAL).
 VALID_OPERAND_TYPES = tuple(t for t in OperandType if t not in (T.OEM, T.TENSOR_OEM_BYTE))
@@ -530,7 +541,16 @@ def _cycle(model: Model) -> Iterator[tuple[str, Model]]:
 
 
 # ---------------------------------------------------------------------------------------
-# Request mutations
+# Request mutations (VAL-1, VAL-2)
+#
+# Each is invalid under validate_request's rules (as Android's validateRequest): a location
+# inside its pool (pool index, offset + length + padding), a length equal to the operand's
+# byte size where that is known (an output's may be smaller: that is OUTPUT_INSUFFICIENT_SIZE at
+# run time, a valid request, so a short output is no mutation), dimensions of the model's rank
+# agreeing with each dimension the model knows, no dimensions on a scalar, no value only for an
+# input every reader takes as optional (``input_may_be_omitted``), and pools that are mapped
+# (size > 0) and hold their arguments. An unaligned offset is valid (NNAPI has only a preferred
+# alignment): guarded requests (``build_request(guard=...)``) use them on purpose.
 
 
 def _copy_request(request: Request) -> Request:
@@ -541,8 +561,31 @@ def _copy_request(request: Request) -> Request:
                    list(request.pools))
 
 
-def request_mutations(request: Request) -> Iterator[tuple[str, Request]]:
-    """Each input removed, then each output removed (fresh copies sharing the pools)."""
+def _arguments(request: Request) -> Iterator[tuple[str, int, RequestArgument]]:
+    for i, a in enumerate(request.inputs):
+        yield "input", i, a
+    for i, a in enumerate(request.outputs):
+        yield "output", i, a
+
+
+def _pick(r: Request, what: str, i: int) -> RequestArgument:
+    return (r.inputs if what == "input" else r.outputs)[i]
+
+
+def _merged(operand: Operand, arg: RequestArgument) -> tuple[int, ...]:
+    return tuple(arg.dimensions) or tuple(operand.dimensions)
+
+
+def _conflicts(model_dims: Sequence[int], dims: Sequence[int]) -> bool:
+    """Whether request ``dims`` break a dimension the model knows (same rank)."""
+    return any(m and d != m for m, d in zip(model_dims, dims, strict=True))
+
+
+def request_mutations(request: Request, model: Model | None = None) -> Iterator[tuple[str, Request]]:
+    """Invalid variants of a valid ``request`` (fresh copies sharing its pools, or new pools
+    holding the same bytes), labelled ``kind[where]=change``: each input removed, then each
+    output removed; given the ``model``, then every argument mutation of ``REQUEST_KINDS`` on
+    every input and output, and the pool mutations."""
     for i in range(len(request.inputs)):
         r = _copy_request(request)
         del r.inputs[i]
@@ -551,3 +594,136 @@ def request_mutations(request: Request) -> Iterator[tuple[str, Request]]:
         r = _copy_request(request)
         del r.outputs[i]
         yield f"remove_output[{i}]", r
+    if model is None:
+        return
+    sg = model.main
+    for what, i, arg in _arguments(request):
+        if arg.has_no_value:
+            continue
+        operand = sg.operands[(sg.input_indexes if what == "input" else sg.output_indexes)[i]]
+        yield from _location_mutations(request, what, i, arg, operand)
+        yield from _dimension_mutations(request, what, i, arg, operand)
+    for i in range(len(request.inputs)):
+        if not request.inputs[i].has_no_value and not input_may_be_omitted(model, i):
+            r = _copy_request(request)
+            r.inputs[i] = RequestArgument(has_no_value=True)
+            yield f"no_value[input {i}]", r
+    yield from _pool_mutations(request)
+
+
+def _location_mutations(request: Request, what: str, i: int, arg: RequestArgument,
+                        operand: Operand) -> Iterator[tuple[str, Request]]:
+    where = f"{what} {i}"
+
+    def mutated(kind: str, change: str, **fields: int) -> tuple[str, Request]:
+        r = _copy_request(request)
+        loc = _pick(r, what, i).location
+        for name, value in fields.items():
+            setattr(loc, name, value)
+        return f"{kind}[{where}]={change}", r
+
+    yield mutated("location_pool", f"{len(request.pools)} (no such pool)", pool_index=len(request.pools))
+    yield mutated("location_pool", "-1", pool_index=-1)
+    loc = arg.location
+    pool = request.pools[loc.pool_index]
+    if not isinstance(pool, Memory):
+        return  # a driver-managed buffer: its bounds are the driver's (MEM-4)
+    size, length = pool.size, loc.length
+    yield mutated("location_offset", f"{size} (the pool's end)", offset=size)
+    yield mutated("location_offset", f"{size - length + 1} (straddles the end)", offset=size - length + 1)
+    yield mutated("location_offset", f"{2**32 - 1} (wraps in 32 bits)", offset=2**32 - 1)
+    yield mutated("location_offset", "-1", offset=-1)
+    yield mutated("location_padding", f"{size - loc.offset - length + 1} (past the end)",
+                  padding=size - loc.offset - length + 1)
+    yield mutated("location_length", "0", length=0)
+    yield mutated("location_length", f"{size - loc.offset + 1} (past the end)", length=size - loc.offset + 1)
+    if operand.fully_specified or all(_merged(operand, arg)):
+        # The operand's size is known: the length must be it (an output's may be smaller).
+        yield mutated("location_length", f"{length + 1} (one byte more than the operand)", length=length + 1)
+        if what == "input":
+            yield mutated("location_length", f"{length - 1} (one byte less than the operand)",
+                          length=length - 1)
+
+
+def _dimension_mutations(request: Request, what: str, i: int, arg: RequestArgument,
+                         operand: Operand) -> Iterator[tuple[str, Request]]:
+    where = f"{what} {i}"
+
+    def mutated(kind: str, dims: tuple[int, ...]) -> tuple[str, Request]:
+        r = _copy_request(request)
+        _pick(r, what, i).dimensions = dims
+        return f"{kind}[{where}]={list(dims)}", r
+
+    if operand.type in _SCALARS:
+        yield mutated("dimensions_rank", (1,))
+        return
+    mdims = tuple(operand.dimensions)
+    if not mdims:
+        return  # unknown rank: any dimensions of the right size are valid
+    dims = _merged(operand, arg)
+    # A rank one higher keeps the size: a driver that checks only the length passes it.
+    yield mutated("dimensions_rank", (*dims, 1))
+    if len(dims) > 1:
+        yield mutated("dimensions_rank", dims[:-1])
+    known = [j for j, m in enumerate(mdims) if m]
+    if not known:
+        return
+    swapped = dims[::-1]  # the same size in another shape
+    if _conflicts(mdims, swapped):
+        yield mutated("dimensions_value", swapped)
+    j = known[0]
+    yield mutated("dimensions_value", (*dims[:j], dims[j] + 1, *dims[j + 1:]))
+    yield mutated("dimensions_value", (*dims[:j], 0, *dims[j + 1:]))
+
+
+def _pool_mutations(request: Request) -> Iterator[tuple[str, Request]]:
+    """A pool that holds nothing (size 0: nothing is mapped), one a byte too short for its
+    last argument, and the last pool dropped: each only where an argument lies in it."""
+    ends: dict[int, int] = {}
+    for _, _, a in _arguments(request):
+        if not a.has_no_value:
+            loc = a.location
+            ends[loc.pool_index] = max(ends.get(loc.pool_index, 0), loc.offset + loc.length + loc.padding)
+    for p, pool in enumerate(request.pools):
+        if p not in ends or not isinstance(pool, Memory):
+            continue
+        r = _copy_request(request)
+        r.pools[p] = Memory.create(0, pool.kind)
+        yield f"pool_empty[pool {p}]", r
+        if ends[p] > 1:
+            r = _copy_request(request)
+            r.pools[p] = Memory.from_bytes(bytes(pool.view()[:ends[p] - 1]), pool.kind)
+            yield f"pool_short[pool {p}]={ends[p] - 1} bytes", r
+    if len(request.pools) - 1 in ends:
+        r = _copy_request(request)
+        r.pools.pop()
+        yield f"remove_pool[pool {len(request.pools) - 1}]", r
+
+
+# ---------------------------------------------------------------------------------------
+# Guard bytes (VAL-2): what a call wrote in the caller's pools
+
+
+def pool_bytes(request: Request) -> list[bytes | None]:
+    """A copy of every shared-memory pool of ``request`` (None for a driver-managed buffer)."""
+    return [bytes(p.view()) if isinstance(p, Memory) else None for p in request.pools]
+
+
+def stray_writes(request: Request, before: Sequence[bytes | None],
+                 allowed: Sequence[RequestArgument] = ()) -> list[str]:
+    """The byte ranges of ``request``'s pools that differ from ``before`` outside the
+    ``allowed`` arguments' locations, as "pool P [start, stop)" (empty: nothing stray)."""
+    found = []
+    for p, (pool, old) in enumerate(zip(request.pools, before, strict=True)):
+        if old is None:
+            continue
+        new = np.frombuffer(pool.view(), np.uint8)
+        changed = new != np.frombuffer(old, np.uint8)
+        for a in allowed:
+            loc = a.location
+            if not a.has_no_value and loc.pool_index == p:
+                changed[max(0, loc.offset):max(0, loc.offset + loc.length)] = False
+        where = np.flatnonzero(changed)
+        if where.size:
+            found.append(f"pool {p} [{where[0]}, {where[-1] + 1})")
+    return found

@@ -45,11 +45,16 @@ class ReferencePreparedModel(PreparedModel):
     def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         return run_model(self.model, inputs, constants=self._constants)
 
+    def check_request(self, request: Request) -> None:
+        """Every execution path's one validation of a request (VAL-1): paths that build on
+        ``execute_synchronously`` (async, fenced, burst) go through it too."""
+        validate_request(request, self.model)
+
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: Deadline = None,
                               loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
-        validate_request(request, self.model)
+        self.check_request(request)
         check_deadline(deadline, "execution")
         inputs = read_inputs(self.model, request)
         device_start = time.monotonic_ns()

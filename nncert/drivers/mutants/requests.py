@@ -1,0 +1,218 @@
+"""Mutants that trust the caller's request (VAL-1, VAL-2): test_validation.py's request tests
+(every argument mutation on every path, guard bytes around every argument) must catch them.
+
+Each is the reference driver with one fault a vendor's driver really has: the extent of an
+argument computed from the operand instead of the length given, the model's shapes used
+whatever the request says, validation on the synchronous path only, outputs copied with wide
+vector stores, and omitted inputs read as zeros.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+
+from nncert.drivers.base import Burst, Deadline, ExecutionResult, timing_for
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError, ValidationError
+from nncert.hal.memory import Memory
+from nncert.hal.model import Model, OutputShape, Request, RequestArgument, Timing, dtype_of
+from nncert.hal.request_io import read_inputs
+from nncert.hal.types import ErrorStatus, MeasureTiming
+from nncert.hal.validation import validate_request
+
+
+def _with_arguments(request: Request, change) -> Request:
+    """A copy of ``request`` (sharing its pools) with ``change(kind, i, arg)`` applied to
+    copies of its arguments."""
+    def copy(kind: str, args: list[RequestArgument]) -> list[RequestArgument]:
+        out = []
+        for i, a in enumerate(args):
+            a = RequestArgument(a.has_no_value, dataclasses.replace(a.location), tuple(a.dimensions))
+            if not a.has_no_value:
+                change(kind, i, a)
+            out.append(a)
+        return out
+
+    return Request(copy("input", request.inputs), copy("output", request.outputs), list(request.pools))
+
+
+def _operand(model: Model, kind: str, i: int):
+    sg = model.main
+    return sg.operands[(sg.input_indexes if kind == "input" else sg.output_indexes)[i]]
+
+
+class IgnoresLengths(MutantDriver):
+    """Computes each argument's extent from the operand's type and shape and never looks at
+    the length the caller gave: a length that disagrees with the operand passes (the offset is
+    still checked against the pool), inputs are read and outputs written by the operand's size,
+    and an output buffer is found too small only after the whole output was copied into it,
+    over whatever follows it in the pool."""
+
+    name = "ignores_lengths"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if not all(isinstance(p, Memory) for p in request.pools):
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            start = time.monotonic_ns()
+            model = self.model
+
+            def operand_length(kind: str, i: int, a: RequestArgument) -> None:
+                o = _operand(model, kind, i)
+                dims = tuple(a.dimensions) or tuple(o.dimensions)
+                if o.type.is_scalar or (dims and all(dims)):
+                    a.location.length = dtype_of(o.type).itemsize * int(np.prod(dims, dtype=np.int64))
+
+            trusted = _with_arguments(request, operand_length)
+            validate_request(trusted, model)
+            inputs = read_inputs(model, trusted)
+            outputs = self.compute(inputs)
+            shapes = []
+            for arg, value in zip(request.outputs, outputs, strict=True):
+                data = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+                view = request.pools[arg.location.pool_index].view()
+                start_at = arg.location.offset
+                n = max(0, min(data.size, len(view) - start_at))  # a C driver would not stop here
+                view[start_at:start_at + n] = data[:n].tobytes()
+                shapes.append(OutputShape(value.shape, value.nbytes <= arg.location.length))
+            if not all(s.is_sufficient for s in shapes):
+                raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "output buffers too small", shapes)
+            return shapes, timing_for(measure, start, 0)
+
+    prepared_class = Prepared
+
+
+class IgnoresRequestDimensions(MutantDriver):
+    """Runs the shapes it was prepared for: where the model fully specifies an input or output,
+    the dimensions a request gives for it are never looked at, so dimensions that conflict with
+    the model's, or have another rank, pass (open dimensions are still taken from the request)."""
+
+    name = "ignores_request_dimensions"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            model = self.model
+
+            def model_dimensions(kind: str, i: int, a: RequestArgument) -> None:
+                if _operand(model, kind, i).fully_specified:
+                    a.dimensions = ()
+
+            return super().execute_synchronously(_with_arguments(request, model_dimensions), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+class ValidatesSyncOnly(MutantDriver):
+    """Validates requests on the synchronous path only: the asynchronous, fenced and burst
+    paths, written for speed, check only that the request has as many inputs and outputs as
+    the model, and trust where its arguments point."""
+
+    name = "validates_sync_only"
+
+    class Prepared(MutantPreparedModel):
+        _fast = threading.local()
+
+        def check_request(self, request: Request) -> None:
+            if not getattr(self._fast, "on", False):
+                super().check_request(request)
+                return
+            sg = self.model.main
+            if len(request.inputs) != len(sg.input_indexes) or len(request.outputs) != len(sg.output_indexes):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "wrong number of request arguments")
+
+        def _run(self, request: Request, measure: MeasureTiming, deadline: Deadline,
+                 loop_timeout: int | None) -> ExecutionResult:
+            # The base class's asynchronous and fenced paths both end here.
+            self._fast.on = True
+            try:
+                return super()._run(request, measure, deadline, loop_timeout)
+            finally:
+                self._fast.on = False
+
+        def configure_execution_burst(self) -> Burst:
+            return ValidatesSyncOnly.FastBurst(self)
+
+    class FastBurst(Burst):
+        def execute(self, request, slots, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
+            fast = self.prepared._fast
+            fast.on = True
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            finally:
+                fast.on = False
+
+    prepared_class = Prepared
+
+
+class WritesPastOutputs(MutantDriver):
+    """Copies outputs with 16-byte vector stores: the last store of each output also writes
+    the rest of its 16 bytes (zeros) past the end of the output's buffer. Outputs are copied
+    in order, so a spill into the next output is overwritten by it; the last one's is not."""
+
+    name = "writes_past_outputs"
+    STORE = 16
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            sg = self.model.main
+            for arg, shape, idx in zip(request.outputs, shapes, sg.output_indexes, strict=True):
+                pool = request.pools[arg.location.pool_index]
+                if not isinstance(pool, Memory):
+                    continue
+                view = pool.view()
+                start = arg.location.offset
+                itemsize = dtype_of(sg.operands[idx].type).itemsize
+                size = itemsize * int(np.prod(shape.dimensions, dtype=np.int64))
+                data = bytes(view[start:start + size])
+                stored = -(-size // WritesPastOutputs.STORE) * WritesPastOutputs.STORE
+                spill = data + bytes(stored - size)
+                n = max(0, min(stored, len(view) - start))
+                view[start:start + n] = spill[:n]
+            return shapes, timing
+
+    prepared_class = Prepared
+
+
+class ZeroFillsOmitted(MutantDriver):
+    """Takes any input given no value as zeros of the operand's shape, where the operation
+    requires it (only optional operation inputs may be omitted)."""
+
+    name = "zero_fills_omitted"
+
+    class Prepared(MutantPreparedModel):
+        def check_request(self, request: Request) -> None:
+            try:
+                super().check_request(request)
+            except ValidationError as e:
+                if e.rule != "request-omitted":
+                    raise
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            sg = self.model.main
+            operands = [sg.operands[idx] for idx in sg.input_indexes]
+            filled = [np.zeros(o.dimensions, dtype_of(o.type)) if x is None else x
+                      for x, o in zip(inputs, operands, strict=True)]
+            return super().compute(filled)
+
+    prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(IgnoresLengths, "VAL-2", suite="test_validation.py", args=("-k", "request")),
+    MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_validation.py", args=("-k", "request")),
+    MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_validation.py", args=("-k", "request")),
+    MutantInfo(WritesPastOutputs, "VAL-2", suite="test_validation.py", args=("-k", "request")),
+    MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_validation.py", args=("-k", "request")),
+)
