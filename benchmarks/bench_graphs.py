@@ -2,7 +2,7 @@
 
 For each cell of the matrix (every operation at each HAL version; small and large graphs
 of each data type at ranks 1-4, the quantised types included unless --cts-types), N
-hypothesis graphs are generated, validated (validate_model), run on the driver under test
+seeded graphs are generated, validated (validate_model), run on the driver under test
 and judged, exactly as ``nncert graphs`` does without shrinking. The golden run on the
 reference is part of generation: each operation is evaluated by the reference kernels as it
 is added (the reference driver runs the same kernels in the same order).
@@ -36,7 +36,7 @@ def main() -> None:
     started = time.perf_counter()
     for i, cell in enumerate(cells):
         t0 = time.perf_counter()
-        r = rg.search(driver, cell, rg.cell_seed(args.seed, cell), args.graphs, shrink=False)
+        r = rg.search(driver, cell, rg.cell_seed(args.seed, cell), args.graphs, shrink_runs=0)
         spent = time.perf_counter() - t0
         k = per_kind.setdefault(cell.kind, {"cells": 0, "graphs": 0, "passed": 0, "declined": 0,
                                             "failed": 0, "seconds": 0.0, "failures": []})
