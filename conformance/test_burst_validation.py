@@ -91,7 +91,8 @@ def test_mutated_request_on_cached_slots_is_rejected(burst):
     """Once a burst holds the request's memories in its slots (BURST-2), each request mutation
     on those slots still gets INVALID_ARGUMENT and writes nothing: a burst must check every
     request against the memories it holds, not only a memory when it first arrives. New
-    memories (a pool too short, an empty one) take fresh slots."""
+    memories (a pool too short, an empty one) take fresh slots. The first, valid, execution
+    writes nothing but its output (the arguments sit between guard bytes)."""
     model, _, b = burst
     rng = np.random.default_rng(3)
     x, y = (rng.uniform(-2, 2, DIMS).astype(np.float32) for _ in range(2))
@@ -101,8 +102,11 @@ def test_mutated_request_on_cached_slots_is_rejected(burst):
     def slots_of(r) -> list[int]:
         return [held.setdefault(id(p), (next(_FRESH_SLOTS), p))[0] for p in r.pools]
 
+    before = pool_bytes(request)
     b.execute(request, slots_of(request))
     check_outputs([x + y], read_outputs(model, request, [DIMS]), model)
+    stray = stray_writes(request, before, request.outputs)
+    assert not stray, f"VAL-2: a valid burst execution wrote outside its output: {', '.join(stray)}"
     problems = []
     for label, mutated in request_mutations(request, model):
         before = pool_bytes(mutated)

@@ -141,16 +141,18 @@ def test_only_optional_inputs_may_be_omitted():
 
 @pytest.mark.req("VAL-1", "VAL-2")
 def test_hosted_mutant_is_caught_through_the_service():
-    """A driver that ignores argument lengths, hosted in a service process: the request suite,
-    run through the service, sees it accept bad lengths and write past a short output (in
-    shared memory, from the other process)."""
+    """A driver that ignores argument lengths, hosted in a service process: the request
+    mutations sent on a burst through the service are accepted, and the output the service
+    wrote into the caller's shared memory shows among the stray writes. (The burst suite: its
+    collection is cheap; test_validation.py's request tests go through the same helpers.)"""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_validation.py"), "-q",
-         "-p", "no:cacheprovider", "--tb=no", "-rf", "--no-three-way",
-         "--driver=service:mutant:ignores_lengths", "-k", "request and two_outputs and burst"],
+        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_burst_validation.py"), "-q",
+         "-p", "no:cacheprovider", "--tb=short", "--no-three-way", "--driver=service:mutant:ignores_lengths",
+         "-k", "mutated_request"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    failed = {line.split("::")[1].split("[")[0] for line in proc.stdout.splitlines()
-              if line.startswith("FAILED")}
-    assert failed == {"test_mutated_request_is_rejected", "test_short_output_request_is_not_overrun"}, \
+    assert "1 failed" in proc.stdout, proc.stdout[-2000:]
+    assert "location_length[output 0]=25 (one byte more than the operand): accepted" in proc.stdout, \
+        proc.stdout[-2000:]
+    assert "location_length[output 0]=25 (one byte more than the operand): wrote pool 1" in proc.stdout, \
         proc.stdout[-2000:]

@@ -1,5 +1,6 @@
 """Mutants that trust the caller's request (VAL-1, VAL-2): test_validation.py's request tests
-(every argument mutation on every path, guard bytes around every argument) must catch them.
+(every argument mutation on every path, guard bytes around every argument) and the request
+mutations on a burst (test_burst_validation.py) must catch them.
 
 Each is the reference driver with one fault a vendor's driver really has: the extent of an
 argument computed from the operand instead of the length given, the model's shapes used
@@ -15,7 +16,7 @@ import time
 
 import numpy as np
 
-from nncert.drivers.base import Burst, Deadline, ExecutionResult, timing_for
+from nncert.drivers.base import Burst, Deadline, ExecutionResult, check_deadline, timing_for
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.memory import Memory
@@ -23,6 +24,7 @@ from nncert.hal.model import Model, OutputShape, Request, RequestArgument, Timin
 from nncert.hal.request_io import read_inputs
 from nncert.hal.types import ErrorStatus, MeasureTiming
 from nncert.hal.validation import validate_request
+from nncert.ops.interpreter import ExecutionBudget, execution_budget
 
 
 def _with_arguments(request: Request, change) -> Request:
@@ -71,8 +73,12 @@ class IgnoresLengths(MutantDriver):
 
             trusted = _with_arguments(request, operand_length)
             validate_request(trusted, model)
+            check_deadline(deadline, "execution")
             inputs = read_inputs(model, trusted)
-            outputs = self.compute(inputs)
+            device_start = time.monotonic_ns()
+            with execution_budget(ExecutionBudget.for_request(deadline, loop_timeout)):
+                outputs = self.compute(inputs)
+            device_ns = time.monotonic_ns() - device_start
             shapes = []
             for arg, value in zip(request.outputs, outputs, strict=True):
                 data = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
@@ -83,7 +89,7 @@ class IgnoresLengths(MutantDriver):
                 shapes.append(OutputShape(value.shape, value.nbytes <= arg.location.length))
             if not all(s.is_sufficient for s in shapes):
                 raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "output buffers too small", shapes)
-            return shapes, timing_for(measure, start, 0)
+            return shapes, timing_for(measure, start, device_ns)
 
     prepared_class = Prepared
 
@@ -209,10 +215,14 @@ class ZeroFillsOmitted(MutantDriver):
     prepared_class = Prepared
 
 
+#: The CI slice of each: every request mutation, and guard bytes, on a burst (the cheapest
+#: suite to collect); test_validation.py's request tests catch each on its paths as well.
+_SLICE = ("-k", "mutated_request")
+
 MUTANT_INFO = (
-    MutantInfo(IgnoresLengths, "VAL-2", suite="test_validation.py", args=("-k", "request")),
-    MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_validation.py", args=("-k", "request")),
-    MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_validation.py", args=("-k", "request")),
-    MutantInfo(WritesPastOutputs, "VAL-2", suite="test_validation.py", args=("-k", "request")),
-    MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_validation.py", args=("-k", "request")),
+    MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
 )
