@@ -477,23 +477,13 @@ def generate(draw: Draw, cell: Cell) -> Graph:
     return g
 
 
-#: Draws of one graph index before its ShapeError is the caller's (a catalogue bug then).
-_ATTEMPTS = 5
-
-
 def seeded(cell: Cell, seed: int, index: int = 0) -> Graph:
     """Graph ``index`` of ``cell`` in a run seeded ``seed``: a pure function of the three.
     Its numpy generator is keyed by their hash alone (no global random state, clock,
     hypothesis or earlier draw), so that one test id rerun alone, in another order or in
-    another process draws the same graphs as inside the whole suite. A draw in which no
-    operation fits is followed by another from the same generator."""
+    another process draws the same graphs as inside the whole suite."""
     key = f"{cell.label}/{seed}/{index}".encode()
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
-    for _ in range(_ATTEMPTS - 1):
-        try:
-            return generate(Draw(rng), cell)
-        except ShapeError:
-            pass  # nothing fitted: the generator's next draws
     return generate(Draw(rng), cell)
 
 

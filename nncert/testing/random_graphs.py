@@ -123,7 +123,7 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], runs: int = SHRINK_RUNS
     def cut(g: Graph, nid: int) -> Graph:
         return g.restrict(g.outputs, cut=[nid])
 
-    passed: set[tuple[str, int]] = set()  # candidates of the current ``g`` that did not fail
+    passed: set[tuple[str, int]] = set()  # moves on the current ``g`` that did not fail
 
     def smaller_failing(g: Graph, move, nid: int) -> Graph | None:
         nonlocal left
@@ -134,7 +134,6 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], runs: int = SHRINK_RUNS
             return None
         left -= 1
         if fails(candidate):
-            passed.clear()  # a new graph: its candidates are new
             return candidate
         passed.add((move.__name__, nid))
         return None
@@ -156,7 +155,7 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], runs: int = SHRINK_RUNS
                     lo, hi = (mid + 1, hi) if earliest else (lo, mid - 1)
             if best is not None:
                 g, progress = best, True
-                passed.clear()
+                passed.clear()  # a new graph, renumbered: its moves are new
         if progress:
             continue
         for move in (as_output, cut):
@@ -164,6 +163,7 @@ def reduce(graph: Graph, fails: Callable[[Graph], bool], runs: int = SHRINK_RUNS
                 found = smaller_failing(g, move, nid)
                 if found is not None:
                     g, progress = found, True
+                    passed.clear()
                     break
             if progress:
                 break
