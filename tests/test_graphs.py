@@ -113,6 +113,28 @@ def test_reduce_keeps_the_failing_operation():
     assert [op.type for op in small.ops] == [target]
 
 
+@pytest.mark.req("ACC-5")
+def test_reduce_runs_at_most_its_budget_of_candidates_and_always_the_same_ones():
+    g = seeded(Cell.parse("large-float32-rank2"), 1)
+    target = g.ops[len(g.ops) // 2].type
+
+    def reduced(runs: int) -> tuple[list[str], str]:
+        tried = []
+
+        def fails(c) -> bool:
+            tried.append(c.describe())
+            return any(op.type is target for op in c.ops)
+
+        return tried, rg.reduce(g, fails, runs).describe()
+
+    full, small = reduced(rg.SHRINK_RUNS)
+    assert len(full) < rg.SHRINK_RUNS and small.startswith(f"#0 {target.name}(") and "\n" not in small
+    for runs in (0, 1, 4):
+        tried, _ = reduced(runs)
+        assert tried == full[:runs]
+    assert reduced(rg.SHRINK_RUNS) == (full, small)
+
+
 def test_failure_is_dumped_replayed_and_judged(tmp_path, capsys):
     driver = load_driver("mutant:rare_conv")
     result = rg.search(driver, Cell.parse("single-CONV_2D-1.0"), 0, 50)
@@ -178,3 +200,14 @@ def test_graphs_command_runs_cells_and_writes_failures(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--cell", "nonsense"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "names no cell" in bad.stderr
+
+
+def test_shrink_budget_is_a_count_of_runs_and_seconds_are_refused_with_a_reason():
+    import argparse
+
+    from nncert.pytest_plugin import _shrink_runs
+
+    assert (_shrink_runs("0"), _shrink_runs("300")) == (0, 300)
+    for bad in ("1.5", "-1", "ten"):
+        with pytest.raises(argparse.ArgumentTypeError, match="counts the graphs one failure may run"):
+            _shrink_runs(bad)
