@@ -1,7 +1,7 @@
 """Mutants whose claims, precision or version do not hold: a claimed operation that does not
 compile (DRV-2), a relaxed computation below fp16 precision (ACC-6), a dot product cut at the
-MAC array's width that only real models reach (MLTS-1), and a HAL 1.2 driver that takes HAL 1.3
-models (VER-1)."""
+MAC array's width (MLTS-1: a real model is less accurate than the CPU baseline), and a HAL 1.2
+driver that takes HAL 1.3 models (VER-1)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,9 @@ MAC_WIDTH = 32
 
 class ShortMacTile(MutantDriver):
     """FULLY_CONNECTED accumulates only the first 32 products of each dot product (its MAC
-    array's width: the tiling of longer inputs is missing). The generated per-operation cases
-    are narrower; real models are not (MLTS-1)."""
+    array's width: the tiling of longer inputs is missing): a real model's classifier falls
+    below the CPU baseline (MLTS-1). The per-operation cases with inputs wider than 32 show it
+    too, as ACC-1 / ACC-2 failures."""
 
     name = "short_mac_tile"
 
@@ -109,7 +110,7 @@ class Hal12TakesNewer(MutantDriver):
                       model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
                       token: bytes | None = None) -> PreparedModel:
         check_preparation(model, preference, priority, deadline, LATEST)
-        return self.prepared_class(model.copy(), self)
+        return self.save_to_cache(self.prepared_class(model.copy(), self), model_cache, data_cache, token)
 
 
 MUTANT_INFO = (
