@@ -637,7 +637,8 @@ def _location_mutations(request: Request, what: str, i: int, arg: RequestArgumen
                   padding=size - loc.offset - length + 1)
     yield mutated("location_length", "0", length=0)
     yield mutated("location_length", f"{size - loc.offset + 1} (past the end)", length=size - loc.offset + 1)
-    if operand.fully_specified or all(_merged(operand, arg)):
+    dims = _merged(operand, arg)
+    if operand.type in _SCALARS or (dims and all(dims)):
         # The operand's size is known: the length must be it (an output's may be smaller).
         yield mutated("location_length", f"{length + 1} (one byte more than the operand)", length=length + 1)
         if what == "input":
