@@ -1,15 +1,25 @@
 """The catalogue's own consistency: every record samples valid cases whose kernel output
-agrees with the shape rule, in every variant, layout and activation."""
+agrees with the shape rule, in every variant, layout and activation; and every edge case it
+declares is valid, reproducible and really at its edge."""
 
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 import pytest
 
+from nncert.hal.types import FusedActivationFunc, OperandType, OperationType
 from nncert.hal.validation import validate_model
-from nncert.ops import records
+from nncert.ops import edges, records
+from nncert.ops.base import ACTIVATION_RANGE
+from nncert.ops.elementwise import broadcast_pair_shape
 from nncert.ops.interpreter import run_model
-from nncert.testing.cases import enumerate_cases, sample_case
+from nncert.testing.cases import case_id, context_for, enumerate_cases, enumerate_edge_cases, sample_case
+
+T = OperandType
+QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM)
 
 KEYS = list(enumerate_cases(seeds=(0,)))
 
@@ -36,3 +46,154 @@ def test_record_declares_versions_and_docs(record):
     assert record.doc, f"{record.name} needs a one-line doc"
     for v in record.variants:
         assert v.version >= record.type.version, f"{record.name} {v.label} predates the operation"
+
+
+# ---------------------------------------------------------------------------------------
+# Edge cases (nncert/ops/edges.py): valid, reproducible, really at their edge, and declared
+# by every record the families are for.
+
+EDGE_KEYS = list(enumerate_edge_cases())
+
+
+@functools.cache
+def _edge_case(key):
+    return sample_case(*key)
+
+
+@pytest.mark.req("ACC-6")
+@pytest.mark.parametrize("record", [r for r in records() if any(k[0] is r for k in EDGE_KEYS)],
+                         ids=lambda r: r.name)
+def test_edge_cases_are_valid_and_reproducible(record):
+    for key in (k for k in EDGE_KEYS if k[0] is record):
+        case = _edge_case(key)
+        assert case.id == case_id(*key) and f"-edge_{key[6]}-s{key[5]}" in case.id
+        model, feeds = case.model()
+        validate_model(model)
+        for got, want in zip(run_model(model, feeds), case.expected, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape, case.id
+            np.testing.assert_array_equal(got, want, err_msg=case.id)
+        again = sample_case(*key)
+        for a, b in zip(again.inputs, case.inputs, strict=True):
+            assert a.operand == b.operand, case.id
+            if a.operand is not None:
+                np.testing.assert_array_equal(a.value, b.value, err_msg=case.id)
+
+
+def _edge_names(record, sig, var_) -> set[str]:
+    return {e.name for e in edges.edges_of(record, sig, var_)}
+
+
+@pytest.mark.req("ACC-6")
+@pytest.mark.parametrize("record", records(), ids=lambda r: r.name)
+def test_edge_families_cover_their_records(record):
+    """Saturation for every fused activation, extreme quantisation for every quantised
+    variant, long reductions for the reductions and accumulating operations, length-1 axes
+    and broadcast corners where there is an axis or a broadcast, window borders for every
+    windowed operation."""
+    for sig in record.signatures:
+        for var_ in record.variants:
+            names = _edge_names(record, sig, var_)
+            out = sig.outputs[0].resolve(var_.types)
+            if record.activation and out is not T.TENSOR_INT32:
+                want = {"saturate_relu1", "saturate_relu6"}
+                assert want <= names, f"{record.name} {var_.label}: {sorted(want - names)}"
+            quant_in = [a.resolve(var_.types) for a in sig.inputs if a.resolve(var_.types) in QUANT8]
+            if record.dequantize and quant_in:
+                want = {"quant_scale_tiny", "quant_scale_ratio"}
+                if any(t is not T.TENSOR_QUANT8_SYMM for t in quant_in):
+                    want.add("quant_zero_point_min")
+                assert want <= names, f"{record.name} {var_.label}: {sorted(want - names)}"
+            if record.shape is broadcast_pair_shape or record.type is OperationType.PRELU:
+                assert {e.name for e in edges.BROADCAST} <= names
+            if record.layout and record.activation and record.type is not OperationType.TRANSPOSE_CONV_2D:
+                assert {"window_stride_over_filter", "window_filter_covers_input", "window_same_odd"} <= names
+    if record.type in LONG:
+        assert any("long_reduction" in _edge_names(record, sig, v)
+                   for sig in record.signatures for v in record.variants)
+
+
+LONG = {OperationType.MEAN, OperationType.REDUCE_SUM, OperationType.REDUCE_MAX, OperationType.REDUCE_MIN,
+        OperationType.REDUCE_ANY, OperationType.REDUCE_ALL, OperationType.ARGMAX, OperationType.ARGMIN,
+        OperationType.SOFTMAX, OperationType.LOG_SOFTMAX, OperationType.L2_NORMALIZATION,
+        OperationType.FULLY_CONNECTED, OperationType.CONV_2D}
+
+
+def _cases_of(edge: str) -> list:
+    return [_edge_case(k) for k in EDGE_KEYS if k[6] == edge]
+
+
+@pytest.mark.req("ACC-6")
+@pytest.mark.parametrize("act", ["relu", "relu1", "relu6"])
+def test_saturating_edges_cross_the_bounds(act):
+    lo, hi = ACTIVATION_RANGE[FusedActivationFunc[act.upper()]]
+    both = 0
+    cases = _cases_of(f"saturate_{act}")
+    for case in cases:
+        pre = case.notes["pre_activation"]
+        assert (pre > hi).any() if hi != math.inf else (pre < lo).any(), case.id
+        both += bool((pre < lo).any() and ((pre > hi).any() or hi == math.inf))
+        out = case.outputs[0]
+        if out.type.is_quant:  # the output can hold what the clamp removes
+            qlo, qhi = out.type.quant_range
+            if (pre > hi).any():
+                assert (qhi - out.zero_point) * out.scale > hi, case.id
+            if (pre < lo).any():
+                assert (qlo - out.zero_point) * out.scale < lo, case.id
+    assert both >= 0.9 * len(cases)
+
+
+@pytest.mark.req("ACC-6")
+def test_long_reductions_are_long():
+    for case in _cases_of("long_reduction"):
+        assert max(int(np.prod(ci.operand.dimensions)) for ci in case.inputs
+                   if ci.operand is not None and ci.operand.type.is_tensor) >= 4096, case.id
+
+
+@pytest.mark.req("ACC-2")
+@pytest.mark.parametrize("edge", ["quant_zero_point_min", "quant_zero_point_max"])
+def test_quant_edges_put_zero_points_at_the_extremes(edge):
+    for case in _cases_of(edge):
+        extremes = [ci.operand for ci in case.inputs if ci.operand is not None and ci.operand.type in QUANT8
+                    and ci.operand.channel_quant is None]
+        for o in extremes:
+            lo, hi = o.type.quant_range
+            assert o.zero_point == (lo if edge.endswith("min") else hi), case.id
+
+
+@pytest.mark.req("ACC-2")
+def test_quant_scale_edges_reach_scales_and_ratios():
+    for case in _cases_of("quant_scale_tiny"):
+        for ci in case.inputs:
+            if ci.operand is not None and ci.operand.type in QUANT8 and ci.operand.channel_quant is None:
+                assert ci.operand.scale < 6.1e-5, case.id  # below float16's normal range
+    ratios = [ci.operand.scale / case.outputs[0].scale for case in _cases_of("quant_scale_ratio")
+              for ci in case.inputs if ci.operand is not None and ci.operand.type in QUANT8
+              and ci.operand.channel_quant is None and case.outputs[0].type.is_quant]
+    assert max(ratios) > 50 and min(ratios) < 0.02
+
+
+@pytest.mark.req("ACC-6")
+def test_broadcast_corners():
+    for case in _cases_of("broadcast_complementary"):
+        shapes = [ci.operand.dimensions for ci in case.inputs[:2]]
+        assert all(s != case.outputs[0].dimensions for s in shapes), case.id
+    for case in _cases_of("broadcast_one_element"):
+        assert (1,) in [ci.operand.dimensions for ci in case.inputs[:2]], case.id
+
+
+@pytest.mark.req("ACC-6")
+def test_window_edges_reach_the_border():
+    for case in _cases_of("window_stride_over_filter"):
+        ctx = context_for(case)
+        assert min(int(ctx.value("stride_h")), int(ctx.value("stride_w"))) >= 4, case.id
+    for case in _cases_of("window_filter_covers_input"):
+        assert case.outputs[0].dimensions[1:3] == (1, 1), case.id
+
+
+@pytest.mark.req("ACC-6")
+def test_length_1_axes():
+    for case in _cases_of("axis_of_1"):
+        ctx = context_for(case)
+        dims = ctx.dims("input")
+        axes = ctx.value("axes") if ctx.has("axes") else ctx.value("axis")
+        assert all(dims[int(a) % len(dims)] == 1 for a in np.asarray(axes).reshape(-1)), case.id

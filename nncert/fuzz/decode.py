@@ -4,8 +4,9 @@ contents or burst message.
 An input is read by ``ByteReader`` (the FuzzedDataProvider idea in pure Python: a reader
 that never fails, giving zeros once the bytes run out). Its first four bytes pick a
 catalogue case and a CTS variation (``CASES``: every operation x signature x type variant x
-layout x activation of ``nncert.testing.cases``, seed 0); the next byte says how many
-mutations (0-3) follow, each a kind byte and its arguments. So most inputs decode to a
+layout x activation of ``nncert.testing.cases``, seed 0, then the catalogue's edge cases:
+saturating activations, extreme quantisation, broadcast corners, ...); the next byte says
+how many mutations (0-3) follow, each a kind byte and its arguments. So most inputs decode to a
 valid model with a few VTS-like changes (VAL-1), and a seed (``encode_case``) is just the
 case key with no mutation. Decoding is total: any bytes give a model, never an exception.
 
@@ -47,7 +48,14 @@ from nncert.hal.types import (
     Priority,
 )
 from nncert.ops.base import ShapeError
-from nncert.testing.cases import VARIATIONS, case_id, enumerate_cases, sample_case
+from nncert.testing.cases import (
+    VARIATIONS,
+    case_id,
+    enumerate_cases,
+    enumerate_edge_cases,
+    is_heavy,
+    sample_case,
+)
 from nncert.testing.harness import PATHS
 
 #: The most bytes a constant-value mutation writes (the operand's length may have been
@@ -134,7 +142,10 @@ class CaseKey:
 
     @property
     def conformance_test(self) -> str:
-        """The pytest node id of the conformance test that runs this case and variation."""
+        """The pytest node id of the conformance test that runs this case and variation (an
+        edge case: on the synchronous path)."""
+        if len(self.params) > 6 and self.params[6] is not None:
+            return f"conformance/test_operations.py::test_operation_edge[{case_id(*self.params)}-sync]"
         return f"conformance/test_operations.py::{_VARIATION_TESTS[self.variation]}[{case_id(*self.params)}]"
 
 
@@ -157,8 +168,11 @@ class SeedCase:
 
 @functools.cache
 def cases() -> tuple[CaseKey, ...]:
-    """Every case key: the catalogue's seed-0 cases x the CTS variations."""
-    return tuple(CaseKey(p, v) for p in enumerate_cases(seeds=(0,)) for v in VARIATIONS)
+    """Every case key: the catalogue's seed-0 cases x the CTS variations, then its edge cases
+    (base variation; not the heavy ones, whose models are too large to mutate quickly).
+    New keys go at the end, so that an index keeps naming the same case."""
+    plain = tuple(CaseKey(p, v) for p in enumerate_cases(seeds=(0,)) for v in VARIATIONS)
+    return plain + tuple(CaseKey(p, "base") for p in enumerate_edge_cases() if not is_heavy(p))
 
 
 @functools.cache

@@ -123,12 +123,14 @@ LONG_AXIS = 4096
 
 
 def _long_softmax_sample(s: SampleContext) -> None:
-    """One element per row at 0, the rest in [-5, -4]: the sum of exponentials is mostly
-    the many small terms, which a float16 accumulator stops adding (past 32)."""
+    """The last element of each row at 0, the rest in [-12, -10]: the sum of exponentials is
+    about 1.07, of which the many small terms (each under 2e-5) make 0.07. A float16
+    accumulator stops adding them past about 0.035; a float32 one, even summing in order,
+    is within ACC-1 (the large term comes last: added first, it would make every later
+    addition round at its scale, the same way each time, and a naive sum drift by 2e-5)."""
     dims = (2, LONG_AXIS)
-    k = np.asarray(edges.grid(s, dims, -40, -32) * 8, np.int64)
-    k[0, s.draw.int(0, LONG_AXIS - 1)] = 0
-    k[1, s.draw.int(0, LONG_AXIS - 1)] = 0
+    k = np.asarray(edges.grid(s, dims, -96, -80) * 8, np.int64)
+    k[:, -1] = 0
     t = s.type("input")
     if t.is_quant:
         zp = t.quant_range[1]
@@ -149,6 +151,16 @@ def _long_l2_sample(s: SampleContext) -> None:
     s.tensor("input", dims, value=np.where(x == 0, 2.0, x))  # domain: nonzero
 
 
+def _input_scale_1e_8(s: SampleContext) -> None:
+    s.inputs["input"].scale = 1e-8
+
+
+# SOFTMAX's own edge: an input scale so small that every input is nearly equal (the output
+# uniform), where a fixed-point multiplier for beta x scale is out of range.
+_TINY_INPUT_SCALE = edges.Edge(
+    "input_scale_1e_8", "quant", "a quantised input of scale 1e-8: every probability equal",
+    applies=lambda record, sig, var_: var_.primary.is_quant, adjust=_input_scale_1e_8)
+
 _LONG_SOFTMAX = edges.long_reduction(_long_softmax_sample,
                                      f"two rows of {LONG_AXIS}, the sum of exponentials mostly small terms")
 _AXIS_OF_1 = edges.axis_of_1("axis")
@@ -159,7 +171,8 @@ _SOFTMAX = OpRecord(
                outputs=(Arg("output", quant=fixed(1 / 256, 0)),)),),
     by_version({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,)}),
     _softmax, same_shape, _softmax_sampler(_SOFTMAX_RANKS_1_0, axis_optional=True),
-    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX),
+    criterion="relaxed", check=_check(positive=("beta",)),
+    edges=(_AXIS_OF_1, _LONG_SOFTMAX, _TINY_INPUT_SCALE),
     doc="exp(beta * x) / sum(exp(beta * x)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_SOFTMAX_RANKS_1_0),
 )

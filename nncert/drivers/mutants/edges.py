@@ -1,0 +1,199 @@
+"""Mutants that are right in the middle of every range and wrong only at its edges: one per
+family of the catalogue's edge cases (nncert/ops/edges.py). The generated per-operation
+cases never reach them; conformance/test_operations.py::test_operation_edge must."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from nncert.drivers.mutants import MutantDriver, MutantInfo
+from nncert.hal.model import Operand, Operation, dtype_of
+from nncert.hal.types import FusedActivationFunc, OperandType, OperationType
+from nncert.ops import edges, get
+from nncert.ops.base import ACTIVATION_RANGE, OpRecord, from_real, match, normalize_axis
+from nncert.ops.evaluate import TO_NCHW, TO_NHWC, evaluate, evaluate_real
+from nncert.ops.window import IMPLICIT, PADDING_SAME
+
+T = OperandType
+Op = OperationType
+_EIGHT_BIT = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+class _Instance:
+    """One operation instance as a mutant sees it: its record, and its inputs by name."""
+
+    def __init__(self, op: Operation, operands: list, inputs: list, outputs: list[Operand]) -> None:
+        self.record: OpRecord = get(op.type)
+        self.operands, self.inputs, self.outputs = list(operands), list(inputs), outputs
+        self.match = match(self.record, [o and o.type for o in operands], [o.type for o in outputs])
+
+    def position(self, name: str) -> int | None:
+        pos = [p for p in self.match.positions.get(name, []) if self.operands[p] is not None]
+        return pos[0] if pos else None
+
+    def scalar(self, name: str, default: Any = None) -> Any:
+        p = self.position(name)
+        if p is None:
+            arg = self.match.signature.arg(name)
+            return arg.default if default is None else default
+        return np.asarray(self.inputs[p]).item()
+
+    def with_scalar(self, name: str, value: Any) -> list:
+        raw = list(self.inputs)
+        p = self.position(name)
+        raw[p] = np.asarray(value, dtype=np.asarray(raw[p]).dtype)
+        return raw
+
+
+class QuantActivationFromRange(MutantDriver):
+    """Quantised ADD, SUB and MUL with a fused RELU1 or RELU6 take the activation's bounds
+    from the output type's range only: the upper bound (1 or 6) is never applied. Right
+    whenever the output's scale and zero point end at the bound, as a quantised model's
+    do; wrong when the output can hold values beyond it."""
+
+    name = "quant_act_range"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.ADD, Op.SUB, Op.MUL) or outputs[0].type not in _EIGHT_BIT:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        act = FusedActivationFunc(inst.scalar("act", 0))
+        if act not in (FusedActivationFunc.RELU1, FusedActivationFunc.RELU6):
+            return results
+        pre = evaluate_real(inst.record, operands, inst.with_scalar("act", 0), outputs)[0]
+        return [from_real(np.maximum(pre, ACTIVATION_RANGE[act][0]), outputs[0])]
+
+
+class Fp16TilePartials(MutantDriver):
+    """float32 REDUCE_SUM and MEAN sum tiles of 256 elements in float32 and add the tiles'
+    partial sums in float16 (the combine stage keeps them in half precision): exact for any
+    reduction of one tile, wrong for long ones."""
+
+    name = "fp16_tile_partials"
+    TILE = 256
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.REDUCE_SUM, Op.MEAN) or outputs[0].type is not T.TENSOR_FLOAT32:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        x = np.asarray(inputs[0], np.float32)
+        axes = sorted({normalize_axis(int(a), x.ndim) for a in np.asarray(inst.inputs[1]).reshape(-1)})
+        rest = [i for i in range(x.ndim) if i not in axes]
+        rows = np.transpose(x, rest + axes).reshape(int(np.prod([x.shape[i] for i in rest])), -1)
+        count = rows.shape[1]
+        if count <= self.TILE:
+            return results
+        tiles = -(-count // self.TILE)
+        padded = np.zeros((rows.shape[0], tiles * self.TILE), np.float32)
+        padded[:, :count] = rows
+        partials = padded.reshape(rows.shape[0], tiles, self.TILE).sum(axis=2, dtype=np.float32)
+        total = np.cumsum(partials.astype(np.float16), axis=1, dtype=np.float16)[:, -1].astype(np.float32)
+        if op.type is Op.MEAN:
+            total = total / np.float32(count)
+        return [total.reshape(results[0].shape)]
+
+
+class ScaleFloorFp16(MutantDriver):
+    """Keeps the scale of every 8-bit quantised operand in a float16 descriptor field with
+    no subnormals, for operations between quantised tensors: a scale below float16's
+    smallest normal number (2**-14, about 6.1e-5) is stored as 2**-14. Usual scales are
+    exact; tiny ones are thousands of times too large."""
+
+    name = "scale_floor_fp16"
+    FLOOR = 2.0 ** -14
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if outputs[0].type not in _EIGHT_BIT or \
+                any(o is not None and o.type.is_float and not o.type.is_scalar for o in operands):
+            return results
+
+        def floored(o: Operand | None) -> Operand | None:
+            if o is None or o.type not in _EIGHT_BIT or o.scale >= self.FLOOR:
+                return o
+            return dataclasses.replace(o, scale=self.FLOOR)
+
+        if all(floored(o) is o for o in (*operands, *outputs)):
+            return results
+        return evaluate(get(op.type), [floored(o) for o in operands], inputs, [floored(o) for o in outputs])
+
+
+class LogSoftmaxAxisOfOneIsIdentity(MutantDriver):
+    """LOG_SOFTMAX over an axis of length 1 is folded away by the graph optimiser as a no-op
+    (as it folds reductions over a length-1 axis): the output is the input, not 0."""
+
+    name = "log_softmax_axis1_noop"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.LOG_SOFTMAX:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        x = np.asarray(inputs[0])
+        if x.shape[normalize_axis(int(inst.scalar("axis")), x.ndim)] != 1:
+            return results
+        return [x.astype(dtype_of(outputs[0].type))]
+
+
+class BroadcastBothCyclic(MutantDriver):
+    """A broadcasting binary operation whose operands both need expanding (complementary 1s,
+    [2, 1] x [1, 3]): the first is broadcast, the second's buffer is repeated cyclically to
+    fill the output. Right whenever one operand already has the output's shape."""
+
+    name = "broadcast_both_cyclic"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        record = get(op.type)
+        if record is None or edges.BROADCAST[0] not in record.edges:
+            return results
+        out_shape = results[0].shape
+        pos = [p for p, o in enumerate(operands) if o is not None and o.type.is_tensor][:2]
+        if len(pos) < 2 or any(np.shape(inputs[p]) == out_shape for p in pos):
+            return results
+        ops, raw = list(operands), list(inputs)
+        second = pos[1]
+        ops[second] = dataclasses.replace(ops[second], dimensions=out_shape)
+        raw[second] = np.resize(np.asarray(raw[second]), out_shape)
+        return evaluate(record, ops, raw, outputs)
+
+
+class SamePaddingAtStrideOne(MutantDriver):
+    """Windows with SAME padding and a stride beyond 3 (more than the hardware does) run at
+    stride 1, with the padding SAME gives at stride 1, and keep every stride-th output: the
+    output has the right size, but SAME pads for the real stride differently, so windows
+    start one row or column off when the two paddings differ."""
+
+    name = "same_pad_stride1"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        record = get(op.type)
+        if record is None or edges.WINDOW[0] not in record.edges:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        if inst.match.signature.name != IMPLICIT or inst.scalar("padding") != PADDING_SAME:
+            return results
+        sh, sw = int(inst.scalar("stride_h")), int(inst.scalar("stride_w"))
+        if max(sh, sw) <= 3:
+            return results
+        raw = inst.with_scalar("stride_h", 1)
+        raw[inst.position("stride_w")] = np.asarray(1, np.int32)
+        nchw = bool(inst.scalar("layout", False))
+        full = [dataclasses.replace(o, dimensions=()) for o in outputs]
+        out = evaluate(record, operands, raw, full)[0]
+        if nchw:
+            out = np.transpose(out, TO_NHWC)
+        out = np.ascontiguousarray(out[:, ::sh, ::sw, :])
+        return [np.transpose(out, TO_NCHW) if nchw else out]
+
+
+MUTANT_INFO = (
+    MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_saturate")),
+    MutantInfo(Fp16TilePartials, "ACC-1", suite="test_operations.py", args=("-k", "edge_long")),
+    MutantInfo(ScaleFloorFp16, "ACC-2", suite="test_operations.py", args=("-k", "edge_quant_scale")),
+    MutantInfo(LogSoftmaxAxisOfOneIsIdentity, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_axis_of_1")),
+    MutantInfo(BroadcastBothCyclic, "ACC-6", suite="test_operations.py", args=("-k", "edge_broadcast")),
+    MutantInfo(SamePaddingAtStrideOne, "ACC-6", suite="test_operations.py", args=("-k", "edge_window")),
+)
