@@ -407,16 +407,6 @@ def test_memory_pool_kinds(driver, key, kind):
     run_case(driver, sample_case(*key), pool_kind=kind)
 
 
-@pytest.mark.req("DRV-1")
-def test_device_queries_are_stable(driver):
-    first = (driver.capabilities(), driver.version_string(), driver.type(),
-             driver.supported_extensions(), driver.number_of_cache_files_needed())
-    for _ in range(3):
-        again = (driver.capabilities(), driver.version_string(), driver.type(),
-                 driver.supported_extensions(), driver.number_of_cache_files_needed())
-        assert again == first, "DRV-1: a device query changed between calls"
-
-
 @pytest.mark.req("DRV-4")
 def test_interleaved_prepared_models(driver):
     keys = [c.values[0] for c in CASES[:2]]

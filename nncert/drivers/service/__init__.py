@@ -57,6 +57,7 @@ from nncert.drivers.base import (
     PreparedModel,
     SyncFence,
     hang_timeout,
+    process_resources,
 )
 from nncert.drivers.service import buffers, wire
 from nncert.drivers.service.buffers import RemoteBuffer
@@ -771,6 +772,24 @@ class ServiceDriver(Driver):
             self._start()
             return self._conn  # type: ignore[return-value]
         return conn
+
+    def held_resources(self) -> dict[str, int]:
+        """The service's descriptors, threads and memory (from /proc, the kernel's word), and
+        the prepared models, bursts and buffers of the hosted driver still alive (``stats``;
+        a service that does not answer it reports the /proc figures only)."""
+        conn = self.conn
+        try:
+            reply = conn.call("stats")[0]
+        except DriverFault:
+            raise
+        except HalError:
+            reply = {}
+        live = reply.get("live")
+        held = {}
+        if isinstance(live, dict):
+            held = {f"service live {kind}": _integer(n, f"stats: live {kind}") for kind, n in live.items()
+                    if isinstance(kind, str)}
+        return held | process_resources(conn.service_pid, prefix="service ")
 
     def _query(self, op: str) -> Any:
         return self.conn.call(op)[0]["value"]

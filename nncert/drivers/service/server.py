@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import itertools
 import json
 import os
@@ -34,13 +35,14 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Burst, Driver, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.service import wire
-from nncert.drivers.service.buffers import BufferOps
+from nncert.drivers.service.buffers import BufferEntry, BufferOps
 from nncert.drivers.service.fmq import CorruptMessageError, MessageQueue, QueueAborted
 from nncert.drivers.service.spin import poll_readable
 from nncert.files import UnsafePathError, own_dir
@@ -146,6 +148,21 @@ class BurstWorker:
         with self._stop_lock:
             if self.stop_fd >= 0:  # not already stopped on its own
                 os.eventfd_write(self.stop_fd, 1)
+
+
+#: The kinds of hosted objects ``stats`` counts (its ``live`` field).
+HOSTED_KINDS = ("prepared_models", "bursts", "buffers")
+
+
+def _hosted_object(obj: Any) -> tuple[str | None, Any]:
+    """The hosted driver's own object behind a handle, and its kind (None: not counted)."""
+    if isinstance(obj, PreparedModel):
+        return "prepared_models", obj
+    if isinstance(obj, BurstWorker):
+        return "bursts", obj.burst
+    if isinstance(obj, BufferEntry):
+        return "buffers", obj.buffer
+    return None, None
 
 
 def _encode(body: dict) -> bytes:
@@ -275,6 +292,7 @@ class Session(BufferOps):
         return self.client
 
     def add(self, obj: Any) -> int:
+        self.service.track(obj)
         return self.owner.add(obj)
 
     def get(self, handle: Any, kind: type) -> Any:
@@ -366,12 +384,13 @@ class Session(BufferOps):
         return ok(), b"", []
 
     def op_stats(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
-        """What this client holds and how many clients there are (DRV-5 checks)."""
+        """What this client holds, how many clients there are, and what the hosted driver
+        still holds of what it handed over (DRV-5 checks)."""
         client = self.owner
         with client.lock:
             kinds = sorted(type(h).__name__ for h in client.handles.values())
         return ok({"handles": len(kinds), "kinds": kinds, "connections": client.connections,
-                   "clients": len(self.service.clients)}), b"", []
+                   "clients": len(self.service.clients), "live": self.service.live()}), b"", []
 
     # -- compilation --
     def op_supported_operations(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
@@ -526,6 +545,28 @@ class Service:
         self.clients: dict[int, Client] = {}
         self.numbers = itertools.count(1)
         self.lock = threading.Lock()
+        #: Weak references to what the hosted driver handed over, by kind and number; each
+        #: removes itself when its object dies (``live``).
+        self._hosted: dict[str, dict[int, weakref.ref]] = {kind: {} for kind in HOSTED_KINDS}
+        self._hosted_numbers = itertools.count()
+
+    def track(self, obj: Any) -> None:
+        """Remember, weakly, an object of the hosted driver that a client now holds a handle on."""
+        kind, target = _hosted_object(obj)
+        if kind is None:
+            return
+        refs, number = self._hosted[kind], next(self._hosted_numbers)
+        try:
+            refs[number] = weakref.ref(target, lambda _, refs=refs, number=number: refs.pop(number, None))
+        except TypeError:  # an object that cannot be referenced weakly is not counted
+            pass
+
+    def live(self) -> dict[str, int]:
+        """How many prepared models, bursts and buffers of the hosted driver are still alive
+        (after a garbage collection): once every client has released its handles, anything
+        left is held by the driver itself, which DRV-5 forbids."""
+        gc.collect()
+        return {kind: len(refs) for kind, refs in self._hosted.items()}
 
     def serve(self) -> None:
         while True:

@@ -1,0 +1,115 @@
+"""Mutants that get the driver's lifecycle wrong (DRV-1, DRV-5, DRV-6): answers that change
+once the device has done work, resources a released model leaves behind, initialisation
+left to the first execution. conformance/test_lifecycle.py must catch each.
+
+The leaks are bounded or rare enough for a whole conformance run to survive them (its fenced
+waits use select(), which fails once a descriptor number passes 1023): a leak that breaks
+the suites by accident proves nothing about them."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.model import Capabilities, Model, PerformanceInfo
+from nncert.hal.types import ExecutionPreference, OperandType, Priority
+
+
+class LazyCapabilities(MutantDriver):
+    """Initialises the device at the first preparation, and only then reports its measured
+    performance: before it, capabilities() gives the defaults (1.0) for TENSOR_FLOAT32,
+    afterwards the measured figure (0.5). Every answer after the first preparation is the
+    same, so back-to-back queries agree (DRV-1)."""
+
+    name = "lazy_capabilities"
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.measured = False
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        if not self.measured:
+            return caps
+        per_type = dict(caps.operand_performance)
+        per_type[OperandType.TENSOR_FLOAT32] = PerformanceInfo(0.5, 0.5)
+        return dataclasses.replace(caps, operand_performance=per_type)
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
+                                         token)
+        self.measured = True
+        return prepared
+
+
+class KeepsPreparedModels(MutantDriver):
+    """Keeps the last ``CAPACITY`` models it prepared in a compilation cache that evicts only
+    when full: a released prepared model (and its constants) lives on in the driver (DRV-5)."""
+
+    name = "keeps_prepared_models"
+    CAPACITY = 256
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.compiled: collections.deque[PreparedModel] = collections.deque(maxlen=self.CAPACITY)
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
+                                         token)
+        self.compiled.append(prepared)
+        return prepared
+
+
+class LeaksCacheDescriptors(MutantDriver):
+    """Duplicates the cache files' descriptors of every preparation that writes the cache, to
+    write it again after compilation (as CACHE-7 allows), and never closes them: two
+    descriptors lost per cached preparation (DRV-5)."""
+
+    name = "leaks_cache_fds"
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        prepared.late_writes = [os.dup(fd) for fd in (*model_cache, *data_cache)]  # type: ignore[attr-defined]
+        return super().save_to_cache(prepared, model_cache, data_cache, token)
+
+
+class LazyFirstExecution(MutantDriver):
+    """Compiles its kernels at the first execution of each prepared model (a JIT): that
+    execution takes ``DELAY_S`` longer, every later one is as fast as the reference's (DRV-6)."""
+
+    name = "lazy_first_execution"
+    DELAY_S = 0.1
+
+    class Prepared(MutantPreparedModel):
+        compiled = False
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            if not self.compiled:
+                time.sleep(LazyFirstExecution.DELAY_S)
+                self.compiled = True
+            return super().compute(inputs)
+
+    prepared_class = Prepared
+
+
+MUTANT_INFO = (
+    MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
+    MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
+    MutantInfo(LeaksCacheDescriptors, "DRV-5", suite="test_lifecycle.py"),
+    MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
+)
