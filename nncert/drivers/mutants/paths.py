@@ -113,9 +113,9 @@ def _producer(subgraph) -> Operation:
 
 class ShapeCacheByFirstInput(MutantDriver):
     """Output shapes are kept per compiled variant, and the variants of a model with unknown
-    dimensions are keyed by the shape of its first input only: a request that changes
-    another input's shape (or only a value the shape depends on) is told the shapes of an
-    earlier one. The output values are right."""
+    output dimensions are keyed by the actual shape of its first input only: a request that
+    changes another input's shape (or only a value the shapes depend on) is told the shapes
+    of an earlier one. The output values are right."""
 
     name = "shape_cache_by_first_input"
 
@@ -123,6 +123,11 @@ class ShapeCacheByFirstInput(MutantDriver):
         def __init__(self, model, driver) -> None:
             super().__init__(model, driver)
             self.shapes: dict[tuple[int, ...], list[OutputShape]] = {}
+            self.key: tuple[int, ...] = ()
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            self.key = tuple(np.shape(inputs[0])) if inputs else ()
+            return super().compute(inputs)
 
         def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                                   deadline: Deadline = None,
@@ -131,8 +136,7 @@ class ShapeCacheByFirstInput(MutantDriver):
             main = self.model.main
             if all(main.operands[i].fully_specified for i in main.output_indexes):
                 return shapes, timing
-            first = request.inputs[0].dimensions or main.operands[main.input_indexes[0]].dimensions
-            cached = self.shapes.setdefault(tuple(first), shapes)
+            cached = self.shapes.setdefault(self.key, shapes)
             return [OutputShape(s.dimensions, s.is_sufficient) for s in cached], timing
 
     prepared_class = Prepared
