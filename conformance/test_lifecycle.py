@@ -109,8 +109,9 @@ def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
     """A new instance is asked every query before any work, then again after each step of a
     model's life: supported_operations, the first preparation, an execution on every path,
     a preparation that writes the compilation cache and one from it (where the driver
-    caches), and the release of every prepared model. Every answer must stay the first one,
-    and equal the session's driver's after all its work."""
+    caches), a buffer's allocation (where it has memory domains), and the release of every
+    prepared model and buffer. Every answer must stay the first one, and equal the session's
+    driver's after all its work."""
     model = add_model()
     first = _queries(fresh_driver)
     reason = declined(fresh_driver, model)
@@ -143,6 +144,13 @@ def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
             for fd in model_fds + data_fds:
                 os.close(fd)
         execute(prepared[-1], build_request(model, feeds), "sync")
+    try:
+        buffer = fresh_driver.allocate(BufferDesc((2, 3)), prepared[:1], [BufferRole(0, 0)], [])
+    except HalError:
+        pass  # memory domains are optional (MEM-4)
+    else:
+        _same_queries(first, _queries(fresh_driver), "after a buffer was allocated")
+        del buffer
     del prepared
     gc.collect()
     _same_queries(first, _queries(fresh_driver), "after the prepared models were released")
@@ -336,9 +344,12 @@ def _slow_first_runs(driver: Driver, models: list[tuple[str, Model, list[np.ndar
 @pytest.mark.req("DRV-6")
 def test_first_execution_is_not_much_slower(request):
     """The first execution of a freshly prepared model, on a new instance of the driver, takes
-    at most max(FIRST_FACTOR x median, median + FIRST_GRACE_S) of the later executions' median,
-    for each of a few models; the measurement is repeated (TRIES) and fails only when some
-    first execution is too slow in every try."""
+    at most max(10 x median, median + 50 ms) (FIRST_FACTOR, FIRST_GRACE_S), the median being
+    that of the next 7 executions, for each of a few models (ADD, CONV_2D, quantised
+    FULLY_CONNECTED). The measurement is made up to 3 times (TRIES), each on a new driver
+    instance, and fails only when some first execution is too slow in every try: a pause of
+    the machine passes, initialisation left to the first execution (per model or per driver)
+    does not."""
     models = _first_run_models()
     slow: list[str] = []
     for _ in range(TRIES):
