@@ -7,10 +7,10 @@ process's hash seed, numpy's global random state or the clock.
   failing cells first, another order, another hash seed). The old generator failed this:
   hypothesis mixed constants of the loaded modules into its draws, and shrinking was bounded
   by seconds and by a budget that earlier tests spent.
-- Per-operation case ids (``cases._case_rng``), random graphs (``graphs.seeded``) and fuzz
-  inputs (``fuzz.decode``) give byte-identical models and data after other cases were built,
-  run and scribbled on, in a child process with another hash seed and a seeded global numpy
-  state; generating them imports no hypothesis.
+- Per-operation case ids (``cases._case_rng``, edge cases included), random graphs
+  (``graphs.seeded``) and fuzz inputs (``fuzz.decode``) give byte-identical models and data
+  after other cases were built, run and scribbled on, in a child process with another hash
+  seed and a seeded global numpy state; generating them imports no hypothesis.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ def _model(model, feeds) -> str:
 
 
 def _case_params():
-    from nncert.testing.cases import enumerate_cases
+    from nncert.testing.cases import enumerate_cases, enumerate_edge_cases, is_heavy
 
-    return list(enumerate_cases())[::9]
+    edge_cases = [key for key in enumerate_edge_cases() if not is_heavy(key)]
+    return list(enumerate_cases())[::9] + edge_cases[::9]
 
 
 def _fuzz_inputs() -> list[bytes]:
