@@ -173,19 +173,18 @@ class WritesPastOutputs(MutantDriver):
                                   loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
             shapes, timing = super().execute_synchronously(request, measure, deadline, loop_timeout)
             sg = self.model.main
+            copies = []  # (view, offset, the output's bytes): the values, before any store spills
             for arg, shape, idx in zip(request.outputs, shapes, sg.output_indexes, strict=True):
                 pool = request.pools[arg.location.pool_index]
-                if not isinstance(pool, Memory):
-                    continue
-                view = pool.view()
-                start = arg.location.offset
-                itemsize = dtype_of(sg.operands[idx].type).itemsize
-                size = itemsize * int(np.prod(shape.dimensions, dtype=np.int64))
-                data = bytes(view[start:start + size])
-                stored = -(-size // WritesPastOutputs.STORE) * WritesPastOutputs.STORE
-                spill = data + bytes(stored - size)
+                if isinstance(pool, Memory):
+                    itemsize = dtype_of(sg.operands[idx].type).itemsize
+                    size = itemsize * int(np.prod(shape.dimensions, dtype=np.int64))
+                    start = arg.location.offset
+                    copies.append((pool.view(), start, bytes(pool.view()[start:start + size])))
+            for view, start, data in copies:
+                stored = -(-len(data) // WritesPastOutputs.STORE) * WritesPastOutputs.STORE
                 n = max(0, min(stored, len(view) - start))
-                view[start:start + n] = spill[:n]
+                view[start:start + n] = (data + bytes(stored - len(data)))[:n]
             return shapes, timing
 
     prepared_class = Prepared
