@@ -130,12 +130,18 @@ def test_an_in_process_runtime_abort_costs_one_test_not_the_run(tmp_path, known)
                         f"--nncert-report={report}", *(() if known else ("--no-expectations",)))
     assert proc.returncode == (0 if known else 1), proc.stderr[-3000:]
     tests = json.loads(report.read_text())["tests"]
-    died = sorted(n for n, r in tests.items() if "died in this test (killed by SIGABRT)" in r["message"])
-    assert died == [f"{OPS}::test_operation_boundary[SOFTMAX-{t}-scale_1e-8]"
-                    for t in ("quant8_asymm", "quant8_asymm_signed")]
+    died = sorted(n for n, r in tests.items() if "killed by SIGABRT" in r["message"])
+    # The catalogue's edge case, on the synchronous path and the one other path CI runs it on
+    # (the abort is seen in the first run of each model at least).
+    edge = [f"{OPS}::test_operation_edge[SOFTMAX-{t}-edge_input_scale_1e_8-s0-{path}]"
+            for t in ("quant8_asymm", "quant8_asymm_signed") for path in ("async", "sync")]
+    assert set(died) <= set(edge) and {n for n in edge if n.endswith("-sync]")} <= set(died), died
     assert {tests[n]["status"] for n in died} == {"WAIVED" if known else "CRASH"}
-    assert len(tests) > 30 and all(tests[n]["status"] == "PASS" for n in tests if n not in died)
-    assert proc.stderr.splitlines()[-1].startswith(f"nncert: {len(tests)} tests over 3 test processes")
+    assert all(tests[n]["status"] != "PASS" for n in edge)
+    assert len(tests) > 30 and all(tests[n]["status"] == "PASS" for n in tests if n not in edge)
+    processes = 1 + sum("died in this test" in tests[n]["message"] for n in died)
+    assert proc.stderr.splitlines()[-1].startswith(
+        f"nncert: {len(tests)} tests over {processes} test processes")
 
 
 def _conformance(spec: str, *args: str) -> subprocess.CompletedProcess:
@@ -151,7 +157,7 @@ OPS, VAL = "conformance/test_operations.py", "conformance/test_validation.py"
 @pytest.mark.parametrize(("spec", "suites"), [
     ("litert", (OPS, VAL)),
     ("onnxruntime", (OPS, VAL)),
-    # The reference kernels abort on a boundary case: out of process (an expected crash).
+    # The reference kernels abort on an edge case: out of process (an expected crash).
     ("service:litert:kernels=ref", (OPS,)),
 ])
 def test_per_operation_and_validation_suites_have_no_unexpected_failure(spec, suites):
