@@ -22,8 +22,10 @@ import pytest
 
 from nncert.drivers.base import Driver
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
+from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.model import Model, Operand, dtype_of
 from nncert.hal.types import OperandType, OperationType
+from nncert.hal.validation import validate_model
 from nncert.ops import records
 from nncert.ops.base import OpRecord, Signature, Variant
 from nncert.ops.interpreter import run_model
@@ -248,9 +250,32 @@ def _shift(value: np.ndarray) -> np.ndarray:
     return (np.asarray(value).astype(np.int16) - 128).astype(np.int8)
 
 
+def _half_steps(case: OpCase) -> OpCase | None:
+    """The case with every freely quantised output given twice the scale (and the zero point) of
+    its first quantised input: copies, pools, sums and means of the input then land on exact
+    half steps, where rounding half away from zero, half to even or half up differ. None when
+    no output is free to change, or the result is not a valid model."""
+    first = next((ci.operand for ci in case.inputs if ci.operand is not None and ci.operand.type is U8
+                  and ci.operand.channel_quant is None and ci.operand.type.is_tensor), None)
+    free = [a.quant.kind == "free" and o.type is U8 for a, o in zip(case.signature.outputs, case.outputs,
+                                                                      strict=True)]
+    if first is None or not any(free):
+        return None
+    outputs = [dataclasses.replace(o, scale=float(np.float32(2 * first.scale)), zero_point=first.zero_point)
+               if f else o for o, f in zip(case.outputs, free, strict=True)]
+    halved = dataclasses.replace(case, outputs=outputs)
+    try:
+        model, feeds = halved.model()
+        validate_model(model)
+    except (ValidationError, HalError):
+        return None
+    return dataclasses.replace(halved, expected=[np.asarray(e) for e in run_model(model, feeds)])
+
+
 def _twin_keys(slow: bool) -> Iterator:
     """Each twin pair's cases: in CI the first signature, default layout, no activation, seed
-    0; the slow sweep every signature, layout, activation and seed of the catalogue's matrix."""
+    0, as sampled and with its outputs on half steps (``_half_steps``); the slow sweep every
+    signature, layout, activation and seed of the catalogue's matrix, as sampled."""
     twins = {(r.type, v): t for r, v, t in _twins()}
     seen = set()
     for key in enumerate_cases():
@@ -265,13 +290,17 @@ def _twin_keys(slow: bool) -> Iterator:
             continue
         seen.add((record.type, variant))
         marks = [pytest.mark.slow] if slow else []
-        yield pytest.param(key, twin, id=case_id(*key), marks=marks)
+        yield pytest.param(key, twin, False, id=case_id(*key), marks=marks)
+        if not slow and _half_steps(sample_case(*key)) is not None:
+            yield pytest.param(key, twin, True, id=f"{case_id(*key)}-half_steps")
 
 
 @pytest.mark.req("ACC-4")
-@pytest.mark.parametrize(("key", "twin"), [*_twin_keys(False), *_twin_keys(True)])
-def test_signed_and_unsigned_agree(driver, key, twin):
+@pytest.mark.parametrize(("key", "twin", "half_steps"), [*_twin_keys(False), *_twin_keys(True)])
+def test_signed_and_unsigned_agree(driver, key, twin, half_steps):
     unsigned = sample_case(*key)
+    if half_steps:
+        unsigned = _half_steps(unsigned)
     signed = _signed(unsigned, twin)
     got_unsigned = _run(driver, *unsigned.model())
     got_signed = _run(driver, *signed.model())

@@ -288,7 +288,7 @@ def test_released_models_free_their_resources(driver, tmp_path):
     kept = sum(r() is not None for r in refs)
     assert not alive, f"DRV-5: {kept} released objects are still alive ({', '.join(alive)}): " \
                       f"the driver keeps references to what it handed back"
-    assert not over, "DRV-5: after releasing {} prepared models and their bursts, {}".format(
+    assert not over, "DRV-5: after releasing {} prepared models with their bursts and buffers, {}".format(
         RELEASED, "; ".join(f"{k} went from {a} to {b} (slack {_slack(k)})" for k, (a, b) in over.items()))
 
 

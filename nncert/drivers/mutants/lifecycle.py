@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.base import Buffer, Deadline, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
-from nncert.hal.model import Capabilities, Model, PerformanceInfo
+from nncert.hal.model import BufferDesc, BufferRole, Capabilities, Model, PerformanceInfo
 from nncert.hal.types import ExecutionPreference, OperandType, Priority
 
 
@@ -75,17 +75,19 @@ class KeepsPreparedModels(MutantDriver):
         return prepared
 
 
-class LeaksCacheDescriptors(MutantDriver):
-    """Duplicates the cache files' descriptors of every preparation that writes the cache, to
-    write it again after compilation (as CACHE-7 allows), and never closes them: two
-    descriptors lost per cached preparation (DRV-5)."""
+class LeaksBufferDescriptor(MutantDriver):
+    """Backs each driver-managed buffer (memory domains, MEM-4) with device memory of its own,
+    a memfd whose descriptor nothing closes when the buffer is released: one descriptor lost
+    per allocation (DRV-5)."""
 
-    name = "leaks_cache_fds"
+    name = "leaks_buffer_fd"
 
-    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
-                      token: bytes | None) -> PreparedModel:
-        prepared.late_writes = [os.dup(fd) for fd in (*model_cache, *data_cache)]  # type: ignore[attr-defined]
-        return super().save_to_cache(prepared, model_cache, data_cache, token)
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[Buffer, int]:
+        buffer, token = super().allocate(desc, prepared_models, input_roles, output_roles)
+        buffer.device_memory = os.memfd_create("nncert-device-buffer", os.MFD_CLOEXEC)  # type: ignore[attr-defined]
+        return buffer, token
 
 
 class LazyFirstExecution(MutantDriver):
@@ -110,6 +112,6 @@ class LazyFirstExecution(MutantDriver):
 MUTANT_INFO = (
     MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
     MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
-    MutantInfo(LeaksCacheDescriptors, "DRV-5", suite="test_lifecycle.py"),
+    MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
 )
