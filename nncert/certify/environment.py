@@ -22,7 +22,6 @@ PACKAGES = (
     "numpy",
     "pandas",
     "pytest",
-    "hypothesis",
     "ai-edge-litert",
     "flatbuffers",
     "onnx",
