@@ -6,6 +6,7 @@ every execution path."""
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import pytest
@@ -35,9 +36,15 @@ ALL = list(enumerate_cases(SEEDS))
 ONE = [k for k in ALL if k[5] == 0 and not k[4]]
 
 
+@functools.cache
+def _one_case(key):
+    return sample_case(*key)
+
+
 def _supporting(variation: str) -> list:
-    """The keys whose case the variation applies to (CTS applies each selectively)."""
-    return [k for k in ONE if sample_case(*k).supports(variation)]
+    """The keys whose case the variation applies to (CTS applies each selectively); each
+    case is sampled once for the four variations (collection time is every run's cost)."""
+    return [k for k in ONE if _one_case(k).supports(variation)]
 
 
 @pytest.mark.req("DRV-2", "MEM-1", "MEM-2")
