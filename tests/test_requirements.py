@@ -91,3 +91,73 @@ def test_an_installed_nncert_prints_the_requirements(tmp_path):
     where, text = run.stdout.split("\n", 1)
     assert where == str(tmp_path / "nncert" / "docs" / "requirements.md")
     assert text.startswith("VAL-3 Fuzzing: ")
+
+
+# -- The requirement coverage gate --------------------------------------------------------------
+# Every requirement of the document has a test that marks it and a mutant driver (one narrow
+# fault, nncert/drivers/mutants/) that breaks it and that a test kills; a requirement no driver
+# mutant can show says why in its notes, in a paragraph that starts with NO_MUTANT.
+
+#: Where the tests that mark requirements live.
+TEST_TREES = ("conformance", "tests", "mlts", "fuzz")
+NO_MUTANT = "**No mutant:**"
+
+
+def _marked_requirements() -> dict[str, set[str]]:
+    """Requirement ID -> the files whose ``pytest.mark.req(...)`` names it (literal IDs)."""
+    import ast
+
+    found: dict[str, set[str]] = {}
+    for tree in TEST_TREES:
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "req":
+                    for arg in node.args:
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                            found.setdefault(arg.value, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def _killing_tests(name: str, outcome: str) -> list[str]:
+    """The test files that run mutant ``name`` and fail unless it is caught: every wrong-answer
+    mutant is tests/test_mutants.py's; a crashing or hanging one is named by the tests that
+    prove the harness survives it (tests/test_process_faults.py, test_hostile_*.py, ...)."""
+    if outcome == "FAILURE":
+        return ["tests/test_mutants.py"]
+    return [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").glob("test_*.py"))
+            if p.name != "test_mutants.py" and (f"mutant:{name}" in (text := p.read_text())
+                                                 or f'"{name}"' in text)]
+
+
+def test_every_requirement_is_marked_by_a_test():
+    marked = _marked_requirements()
+    unknown = sorted(set(marked) - set(DOC.requirements))
+    assert not unknown, f"tests mark IDs that {requirements.DOCUMENT} does not define: " + \
+        ", ".join(f"{i} ({', '.join(sorted(marked[i]))})" for i in unknown)
+    missing = sorted(set(DOC.requirements) - set(marked))
+    assert not missing, f"no test marks {', '.join(missing)} (@pytest.mark.req)"
+
+
+def test_every_requirement_has_a_mutant_that_a_test_kills():
+    from nncert.drivers.mutants import MUTANTS
+
+    by_requirement: dict[str, list[str]] = {}
+    for name, info in MUTANTS.items():
+        assert info.breaks in DOC.requirements, f"mutant:{name} breaks {info.breaks}, no requirement"
+        assert _killing_tests(name, info.outcome), f"no test runs mutant:{name} ({info.outcome})"
+        by_requirement.setdefault(info.breaks, []).append(name)
+    exempt = {rid for rid, r in DOC.requirements.items() if NO_MUTANT in r.notes}
+    both = sorted(exempt & set(by_requirement))
+    assert not both, f"{', '.join(both)}: the document says no mutant can show it, yet one does " \
+                     f"({', '.join(n for rid in both for n in by_requirement[rid])}): drop the note"
+    missing = sorted(set(DOC.requirements) - set(by_requirement) - exempt)
+    assert not missing, (f"no mutant driver breaks {', '.join(missing)}: add one to "
+                         f"nncert/drivers/mutants/ with a test that kills it, or say in "
+                         f"{requirements.DOCUMENT} why none can ({NO_MUTANT} in the notes)")
+
+
+def test_the_gate_reads_the_exemption_from_the_notes():
+    doc = requirements.parse("## Versions (VER)\n- VER-1 x\n\n### Notes on VER-1: why\n"
+                             f"{NO_MUTANT} the harness's own output.\n")
+    assert NO_MUTANT in doc.requirements["VER-1"].notes
