@@ -347,15 +347,15 @@ class MutantInfo:
 
 MUTANTS: dict[str, MutantInfo] = {
     m.cls.name: m for m in (
-        MutantInfo(QuantOffBy2, "ACC-2"),
-        MutantInfo(Fp32AsFp16, "ACC-1"),
-        MutantInfo(NoValidation, "VAL-1"),
+        MutantInfo(QuantOffBy2, "ACC-2", suite="test_operations.py", args=("-k", "quant8 and s0")),
+        MutantInfo(Fp32AsFp16, "ACC-1", suite="test_operations.py", args=("-k", "float32 and s0")),
+        MutantInfo(NoValidation, "VAL-1", suite="test_validation.py"),
         MutantInfo(RareConv, "ACC-5", suite="test_random_graphs.py", args=("--graphs=50", "-k", "CONV_2D")),
         MutantInfo(Drift, "ACC-5", suite="test_random_graphs.py",
                    args=("--graphs=5", "-k", "small or large")),
         MutantInfo(TimingInverted, "EXE-7", suite="test_execution.py"),
-        MutantInfo(WrongDynamicShape, "EXE-4"),
-        MutantInfo(StaleAsync, "EXE-3"),
+        MutantInfo(WrongDynamicShape, "EXE-4", suite="test_operations.py", args=("-k", "dynamic_output")),
+        MutantInfo(StaleAsync, "EXE-3", suite="test_execution.py"),
         MutantInfo(CrashOn, "MLTS-2", "CRASH"),
         MutantInfo(HangOn, "MLTS-2", "HANG"),
         MutantInfo(BurstDeath, "BURST-4", "CRASH"),
