@@ -695,3 +695,31 @@ def test_a_spawned_service_is_the_kernels_peer(tmp_path):
         assert wire.peer_credentials(sock)[:2] == (driver.conn.process.pid, os.geteuid())
     finally:
         driver.close()
+
+
+def test_fences_wait_beyond_fd_setsize_and_without_a_deadline():
+    """A driver that leaks descriptors pushes the harness's own past FD_SETSIZE (1024): a fence
+    must still be waited on (poll, not select), and "no deadline" (years away) must not overflow
+    the wait; the leak is the driver's to report (DRV-5), never the harness's error."""
+    import resource
+
+    from nncert.drivers.base import SyncFence, readable
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard descriptor limit ({hard}) is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = []
+    try:
+        while not fillers or fillers[-1] < 1100:
+            fillers.append(os.dup(0))
+        fence = SyncFence()
+        assert fence.fd > 1024
+        assert not fence.wait(0.01)
+        fence.signal()
+        assert fence.wait(0) and readable([fence.fd], 1e9) == [fence.fd]
+        fence.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -18,6 +18,7 @@ supply, the way the AOSP utilities do:
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import threading
@@ -69,6 +70,23 @@ def hang_timeout() -> float:
     return HANG_TIMEOUT_S
 
 
+def readable(fds: Sequence[int], timeout: float | None) -> list[int]:
+    """The descriptors of ``fds`` that are readable (or hung up) within ``timeout`` seconds
+    (None: no limit). poll, not select: a driver that leaks descriptors pushes the harness's
+    own past FD_SETSIZE (1024), where select fails; that is the driver's leak to report
+    (DRV-5), never the harness's error."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        # poll takes at most 2**31 - 1 ms at a time ("no deadline" may be years away)
+        ms = None if end is None else max(0, min(math.ceil((end - time.monotonic()) * 1000), 2**31 - 1))
+        ready = poller.poll(ms)
+        if ready or end is None or time.monotonic() >= end:
+            return [fd for fd, _ in ready]
+
+
 class SyncFence:
     """A sync fence: an eventfd that becomes readable once signalled (EXE-1).
 
@@ -101,8 +119,7 @@ class SyncFence:
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once signalled; False if ``timeout`` seconds passed first."""
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        return bool(ready)
+        return bool(readable([self.fd], timeout))
 
     def close(self) -> None:
         if not self._closed:

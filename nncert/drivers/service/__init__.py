@@ -32,7 +32,6 @@ import collections
 import itertools
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -58,6 +57,7 @@ from nncert.drivers.base import (
     SyncFence,
     hang_timeout,
     process_resources,
+    readable,
 )
 from nncert.drivers.service import buffers, wire
 from nncert.drivers.service.buffers import RemoteBuffer
@@ -708,7 +708,7 @@ class ServiceDriver(Driver):
         conn = self._conn = Connection(path, process, stderr_path, self.name, self.timeout)
         try:
             limit = conn.limit(None)
-            if not select.select([ready_r], [], [], limit)[0]:
+            if not readable([ready_r], limit):
                 conn.hang("start", limit)
             if not os.read(ready_r, 1):  # the child ended before it listened
                 conn.died("start")

@@ -28,10 +28,10 @@ holds, fewer than the producer ever publishes, a head past the tail) are a
 from __future__ import annotations
 
 import os
-import select
 import struct
 import time
 
+from nncert.drivers.base import readable
 from nncert.drivers.service.spin import idle_core
 from nncert.hal.memory import Memory
 
@@ -174,7 +174,7 @@ class MessageQueue:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
             raise QueueTimeout("deadline passed")
-        ready, _, _ = select.select([fd, *abort], [], [], timeout)
+        ready = readable([fd, *abort], timeout)
         if not ready:
             raise QueueTimeout("deadline passed")
         for a in abort:

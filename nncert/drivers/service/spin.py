@@ -10,8 +10,9 @@ only when a core is idle: on a busy machine polling steals the core the other si
 from __future__ import annotations
 
 import os
-import select
 import time
+
+from nncert.drivers.base import readable
 
 _load = {"checked": -1.0, "idle": False}
 
@@ -37,5 +38,5 @@ def poll_readable(fd: int, seconds: float) -> None:
     if not idle_core(start):
         return
     until = start + seconds
-    while not select.select([fd], [], [], 0)[0] and time.monotonic() < until:
+    while not readable([fd], 0) and time.monotonic() < until:
         os.sched_yield()
