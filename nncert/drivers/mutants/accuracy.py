@@ -1,5 +1,5 @@
 """Mutants whose arithmetic is off where only exact checks see it: booleans (ACC-3) and the
-signed / unsigned 8-bit pairs of an operation (ACC-4). conformance/test_accuracy.py must
+signed / unsigned 8-bit pairs of an operation (ACC-4). conformance/test_exactness.py must
 catch both; the per-operation tolerances (ACC-1, ACC-2) let them through."""
 
 from __future__ import annotations
@@ -58,6 +58,6 @@ class Int8HalfToEven(MutantDriver):
 
 
 MUTANT_INFO = (
-    MutantInfo(ComparesFp32AsFp16, "ACC-3", suite="test_accuracy.py"),
-    MutantInfo(Int8HalfToEven, "ACC-4", suite="test_accuracy.py"),
+    MutantInfo(ComparesFp32AsFp16, "ACC-3", suite="test_exactness.py"),
+    MutantInfo(Int8HalfToEven, "ACC-4", suite="test_exactness.py"),
 )
