@@ -27,11 +27,13 @@ RUNS = [
                  id="hang-service"),
     pytest.param(f"mutant:hang,op={OP}", ["--isolate", "--isolate-timeout=3"], SELECT, "hang", OP,
                  id="hang-isolate"),
-    pytest.param("service:mutant:burst_death", [], "burst or LOGICAL_AND", "crash", "burst",
+    pytest.param("service:mutant:burst_death", [], "(burst or LOGICAL_AND) and not edge", "crash", "burst",
                  id="burst-death-service"),
-    # Every fenced execution hangs, so every_path (which includes one) is left out.
+    # Every fenced execution hangs, so every_path (which includes one) is left out, and so are
+    # the per-operation edge cases and the timing tests, which take every path (a deadline each).
     pytest.param("service:mutant:silent_fence", ["--hang-timeout=1"],
-                 "fenced or (LOGICAL_AND and not every_path)", "hang", "fence", id="silent-fence-service"),
+                 "(fenced and not edge and not timing) or (LOGICAL_AND and not every_path and not edge)",
+                 "hang", "fence", id="silent-fence-service"),
     # A suite file among the extra arguments joins the run; -k keeps that file's tests only.
     pytest.param("service:mutant:endless_while",
                  ["--driver-option=timeout=2", "--hang-timeout=2", str(CONFORMANCE / "test_control_flow.py")],
