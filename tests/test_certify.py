@@ -39,7 +39,7 @@ args = ["-k", "test_operation[ and s0] and (ADD-float32 or ADD-quant8_asymm- or 
 [[suite]]
 name = "validation"
 paths = ["conformance/test_validation.py"]
-args = ["-k", "ADD-float32"]
+args = ["-k", "ADD-float32 and mutated_model"]
 
 [[suite]]
 name = "execution"
