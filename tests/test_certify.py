@@ -444,3 +444,14 @@ def test_the_run_never_writes_through_a_planted_symlink(tmp_path):
     write_atomic(tmp_path / "report.json", "{}")  # the link is replaced, not followed
     assert not (elsewhere / "victim").exists()
     assert not (tmp_path / "report.json").is_symlink() and (tmp_path / "report.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("name", ["smoke", "standard", "full"])
+def test_every_builtin_plan_runs_every_conformance_file(name):
+    """A conformance file no plan names would be missing from every certification report."""
+    from nncert.certify import plan as plans
+
+    named = {p for suite in plans.load_plan(name).suites for p in suite.paths}
+    root = Path(__file__).resolve().parent.parent
+    files = {f"conformance/{p.name}" for p in (root / "conformance").glob("test_*.py")}
+    assert not files - named, f"plan {name} leaves out {sorted(files - named)}"
