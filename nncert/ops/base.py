@@ -495,7 +495,7 @@ def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
 
 
 class Draw:
-    """The random choices a sampler makes; backed by numpy here, by hypothesis elsewhere."""
+    """The random choices a sampler makes, from a numpy generator seeded by the case or graph id."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
