@@ -19,9 +19,8 @@ import pytest
 from nncert.drivers.service import RemoteBurst
 from nncert.drivers.service.fmq import QueueTimeout
 from nncert.hal.builder import build_request, read_outputs
-from nncert.hal.errors import HalError
 from nncert.hal.types import ErrorStatus
-from nncert.testing.harness import add_model, check_outputs, prepare_or_skip, status_of
+from nncert.testing.harness import add_model, check_outputs, expect_invalid, prepare_or_skip, status_of
 from nncert.testing.mutations import GUARD, pool_bytes, request_mutations, stray_writes
 
 DIMS = (2, 3)
@@ -50,19 +49,12 @@ def _run_ok(model, burst, slots=None) -> None:
     check_outputs([x + y], read_outputs(model, request, [DIMS]), model)
 
 
-def _expect_invalid(call, what: str) -> None:
-    with pytest.raises(HalError) as info:
-        call()
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT, \
-        f"VAL-1: {what} gave {info.value.status.name}, expected INVALID_ARGUMENT ({info.value.message})"
-
-
 @pytest.mark.req("BURST-2", "VAL-1")
 @pytest.mark.parametrize("slot", [-1, -(2**40), 2**64], ids=["minus-one", "very-negative", "beyond-int64"])
 def test_bad_memory_slot_is_rejected(burst, slot):
     model, _, b = burst
-    _expect_invalid(lambda: b.execute(build_request(model, [np.zeros(DIMS, np.float32)] * 2), [slot, 1]),
-                    f"a burst execution naming memory slot {slot}")
+    expect_invalid(lambda: b.execute(build_request(model, [np.zeros(DIMS, np.float32)] * 2), [slot, 1]),
+                   f"a burst execution naming memory slot {slot}")
     _run_ok(model, b)
 
 
@@ -71,9 +63,9 @@ def test_releasing_an_unknown_slot_is_rejected(burst):
     model, _, b = burst
     _run_ok(model, b, (0, 1))
     for slot in (7, -1, 2**64):
-        _expect_invalid(lambda s=slot: b.release_memory_resource(s), f"releasing unknown memory slot {slot}")
+        expect_invalid(lambda s=slot: b.release_memory_resource(s), f"releasing unknown memory slot {slot}")
     b.release_memory_resource(0)
-    _expect_invalid(lambda: b.release_memory_resource(0), "releasing memory slot 0 twice")
+    expect_invalid(lambda: b.release_memory_resource(0), "releasing memory slot 0 twice")
     _run_ok(model, b)
 
 
@@ -81,8 +73,8 @@ def test_releasing_an_unknown_slot_is_rejected(burst):
 @pytest.mark.parametrize("slots", [[0], [0, 1, 2], []], ids=["too-few", "too-many", "none"])
 def test_slot_count_must_match_the_pools(burst, slots):
     model, _, b = burst
-    _expect_invalid(lambda: b.execute(build_request(model, [np.zeros(DIMS, np.float32)] * 2), slots),
-                    f"{len(slots)} slot ids for 2 pools")
+    expect_invalid(lambda: b.execute(build_request(model, [np.zeros(DIMS, np.float32)] * 2), slots),
+                   f"{len(slots)} slot ids for 2 pools")
     _run_ok(model, b)
 
 

@@ -27,7 +27,15 @@ from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
 from nncert.testing.cases import sample_case
-from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, run_fenced, status_of
+from nncert.testing.harness import (
+    PATHS,
+    check_outputs,
+    execute,
+    expect_invalid,
+    prepare_or_skip,
+    run_fenced,
+    status_of,
+)
 from nncert.testing.mutations import (
     GUARD,
     KINDS,
@@ -75,25 +83,15 @@ def _model_params():
     return params
 
 
-def _expect_invalid(call, what: str) -> None:
-    try:
-        result = call()
-    except HalError as e:
-        if e.status is not ErrorStatus.INVALID_ARGUMENT:
-            pytest.fail(f"VAL-1: {what} returned {e.status.name}, expected INVALID_ARGUMENT ({e.message})")
-        return
-    pytest.fail(f"VAL-1: {what} accepted an invalid argument (returned {type(result).__name__})")
-
-
 @pytest.mark.req("VAL-1", "DRV-2")
 @pytest.mark.parametrize("key,kind", _model_params())
 def test_mutated_model_is_rejected(driver, key, kind):
     model, _ = _case(key).model()
     for label, mutated in model_mutations(model):
         if _kind(label) == kind:
-            _expect_invalid(lambda m=mutated: driver.supported_operations(m),
-                            f"supported_operations ({label})")
-            _expect_invalid(lambda m=mutated: driver.prepare_model(m), f"prepare_model ({label})")
+            expect_invalid(lambda m=mutated: driver.supported_operations(m),
+                           f"supported_operations ({label})")
+            expect_invalid(lambda m=mutated: driver.prepare_model(m), f"prepare_model ({label})")
 
 
 # --- requests (VAL-1, VAL-2)
@@ -237,7 +235,7 @@ def test_short_output_request_is_not_overrun(driver, key, path):
 def test_bad_execution_preference_is_rejected(driver, preference):
     key = _valid_keys()[0]
     model, _ = _case(key).model()
-    _expect_invalid(lambda: driver.prepare_model(model, preference=preference), f"preference {preference}")
+    expect_invalid(lambda: driver.prepare_model(model, preference=preference), f"preference {preference}")
 
 
 @pytest.mark.req("VAL-1", "EXE-10")
@@ -245,7 +243,7 @@ def test_bad_execution_preference_is_rejected(driver, preference):
 def test_bad_priority_is_rejected(driver, priority):
     key = _valid_keys()[0]
     model, _ = _case(key).model()
-    _expect_invalid(lambda: driver.prepare_model(model, priority=priority), f"priority {priority}")
+    expect_invalid(lambda: driver.prepare_model(model, priority=priority), f"priority {priority}")
 
 
 @pytest.mark.req("VAL-1")
@@ -264,5 +262,5 @@ def test_cycle_of_three_adds_is_rejected(driver):
     out = b.operand(T.TENSOR_FLOAT32, dims)
     b.operation(OperationType.ADD, [d, x, act], [out])
     model = b.build([x], [out])
-    _expect_invalid(lambda: driver.supported_operations(model), "supported_operations (cycle)")
-    _expect_invalid(lambda: driver.prepare_model(model), "prepare_model (cycle)")
+    expect_invalid(lambda: driver.supported_operations(model), "supported_operations (cycle)")
+    expect_invalid(lambda: driver.prepare_model(model), "prepare_model (cycle)")

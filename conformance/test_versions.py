@@ -13,11 +13,12 @@ import pytest
 
 from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.model import Model
-from nncert.hal.types import ErrorStatus, Version
+from nncert.hal.types import Version
 from nncert.hal.validation import validate_model
 from nncert.ops import records
 from nncert.testing.cases import sample_case
 from nncert.testing.control_flow_models import counting_while_model
+from nncert.testing.harness import expect_invalid
 
 
 def _first_of_each_version() -> dict[str, object]:
@@ -48,16 +49,6 @@ def _needed(model: Model) -> Version:
     raise AssertionError("the sample model is valid in no version")
 
 
-def _expect_invalid(call, what: str) -> None:
-    try:
-        result = call()
-    except HalError as e:
-        if e.status is not ErrorStatus.INVALID_ARGUMENT:
-            pytest.fail(f"VER-1: {what} returned {e.status.name}, expected INVALID_ARGUMENT ({e.message})")
-        return
-    pytest.fail(f"VER-1: {what} accepted it (returned {type(result).__name__})")
-
-
 @pytest.mark.req("VER-1", "VAL-1")
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_of_each_version(driver, name):
@@ -65,8 +56,8 @@ def test_model_of_each_version(driver, name):
     needed, level = _needed(model), driver.feature_level
     what = f"a model that needs HAL {needed.label}, on a HAL {level.label} driver"
     if needed > level:
-        _expect_invalid(lambda: driver.supported_operations(model), f"supported_operations ({what})")
-        _expect_invalid(lambda: driver.prepare_model(model), f"prepare_model ({what})")
+        expect_invalid(lambda: driver.supported_operations(model), f"supported_operations ({what})", "VER-1")
+        expect_invalid(lambda: driver.prepare_model(model), f"prepare_model ({what})", "VER-1")
         return
     try:
         flags = driver.supported_operations(model)

@@ -101,6 +101,19 @@ def fenced_info(fence: SyncFence | None, callback: FencedExecutionCallback) -> F
     return callback.get_execution_info()
 
 
+def expect_invalid(call: Callable[[], object], what: str, requirement: str = "VAL-1") -> None:
+    """Fail unless ``call`` is rejected with INVALID_ARGUMENT (VAL-1; ``requirement`` names the
+    rule the test is about in the message)."""
+    try:
+        result = call()
+    except HalError as e:
+        if e.status is not ErrorStatus.INVALID_ARGUMENT:
+            pytest.fail(f"{requirement}: {what} returned {e.status.name}, expected INVALID_ARGUMENT "
+                        f"({e.message})")
+        return
+    pytest.fail(f"{requirement}: {what} accepted an invalid argument (returned {type(result).__name__})")
+
+
 def wait_fence(fence: SyncFence | None) -> None:
     """Wait for a fence a driver returned; one never signalled is a hang (EXE-1, MLTS-2)."""
     if fence is not None and not fence.wait(hang_timeout()):
