@@ -91,7 +91,11 @@ class MutantDriver(ReferenceDriver):
                       token: bytes | None = None) -> PreparedModel:
         if self.validates:
             super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
-        return self.prepared_class(model.copy(), self)
+        return self.compiled(model, self.prepared_class(model.copy(), self))
+
+    def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
+        """What prepare_model hands back for ``model`` (a driver's hook on compilation)."""
+        return prepared
 
     def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
         return self.prepared_class(super().import_compiled(model_cache, data_cache).model, self)

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Buffer, Deadline, PreparedModel
+from nncert.drivers.base import Buffer, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.model import BufferDesc, BufferRole, Capabilities, Model, PerformanceInfo
-from nncert.hal.types import ExecutionPreference, OperandType, Priority
+from nncert.hal.types import OperandType
 
 
 class LazyCapabilities(MutantDriver):
@@ -42,13 +42,7 @@ class LazyCapabilities(MutantDriver):
         per_type[OperandType.TENSOR_FLOAT32] = PerformanceInfo(0.5, 0.5)
         return dataclasses.replace(caps, operand_performance=per_type)
 
-    def prepare_model(self, model: Model,
-                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
-                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
-                      token: bytes | None = None) -> PreparedModel:
-        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
-                                         token)
+    def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
         self.measured = True
         return prepared
 
@@ -62,16 +56,10 @@ class KeepsPreparedModels(MutantDriver):
 
     def __init__(self, **options: str) -> None:
         super().__init__(**options)
-        self.compiled: collections.deque[PreparedModel] = collections.deque(maxlen=self.CAPACITY)
+        self.kept: collections.deque[PreparedModel] = collections.deque(maxlen=self.CAPACITY)
 
-    def prepare_model(self, model: Model,
-                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
-                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
-                      token: bytes | None = None) -> PreparedModel:
-        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
-                                         token)
-        self.compiled.append(prepared)
+    def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
+        self.kept.append(prepared)
         return prepared
 
 

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
-from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.base import PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import ErrorStatus, MeasureTiming
 
 
 class StaticShapesOnly(MutantDriver):
@@ -20,13 +19,7 @@ class StaticShapesOnly(MutantDriver):
 
     name = "static_shapes_only"
 
-    def prepare_model(self, model: Model,
-                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
-                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
-                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
-                      token: bytes | None = None) -> PreparedModel:
-        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
-                                         token)
+    def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
         for idx, operand in enumerate(model.main.operands):
             if operand.type.is_tensor and not operand.fully_specified:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
