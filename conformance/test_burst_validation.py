@@ -20,7 +20,13 @@ from nncert.drivers.service import RemoteBurst
 from nncert.drivers.service.fmq import QueueTimeout
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.types import ErrorStatus
-from nncert.testing.harness import add_model, check_outputs, expect_invalid, prepare_or_skip, status_of
+from nncert.testing.harness import (
+    add_model,
+    check_outputs,
+    expect_invalid,
+    prepare_or_skip,
+    rejection_problems,
+)
 from nncert.testing.mutations import GUARD, pool_bytes, request_mutations, stray_writes
 
 DIMS = (2, 3)
@@ -99,17 +105,7 @@ def test_mutated_request_on_cached_slots_is_rejected(burst):
     check_outputs([x + y], read_outputs(model, request, [DIMS]), model)
     stray = stray_writes(request, before, request.outputs)
     assert not stray, f"VAL-2: a valid burst execution wrote outside its output: {', '.join(stray)}"
-    problems = []
-    for label, mutated in request_mutations(request, model):
-        before = pool_bytes(mutated)
-        try:
-            status = status_of(lambda r=mutated: b.execute(r, slots_of(r)))
-        finally:
-            stray = stray_writes(mutated, before)
-        if status is not ErrorStatus.INVALID_ARGUMENT:
-            problems.append(f"{label}: {'accepted' if status is ErrorStatus.NONE else status.name}")
-        if stray:
-            problems.append(f"{label}: wrote {', '.join(stray)}")
+    problems = rejection_problems(request_mutations(request, model), lambda r: b.execute(r, slots_of(r)))
     assert not problems, "VAL-1: invalid requests on a burst's cached slots, expected INVALID_ARGUMENT " \
                          f"and nothing written: {'; '.join(problems[:6])} ({len(problems)} in all)"
     _run_ok(model, b)

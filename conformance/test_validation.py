@@ -33,6 +33,7 @@ from nncert.testing.harness import (
     execute,
     expect_invalid,
     prepare_or_skip,
+    rejection_problems,
     run_fenced,
     status_of,
 )
@@ -164,17 +165,8 @@ def test_mutated_request_is_rejected(driver, key, path):
     """Every request mutation gets INVALID_ARGUMENT, and no byte of any pool is written."""
     model, feeds, _ = _request_model(key)
     prepared = prepare_or_skip(driver, model)
-    problems = []
-    for label, request in request_mutations(build_request(model, feeds, guard=GUARD), model):
-        before = pool_bytes(request)
-        try:
-            status = status_of(lambda r=request: _run(prepared, r, path))
-        finally:
-            stray = stray_writes(request, before)
-        if status is not ErrorStatus.INVALID_ARGUMENT:
-            problems.append(f"{label}: {'accepted' if status is ErrorStatus.NONE else status.name}")
-        if stray:
-            problems.append(f"{label}: wrote {', '.join(stray)}")
+    problems = rejection_problems(request_mutations(build_request(model, feeds, guard=GUARD), model),
+                                  lambda r: _run(prepared, r, path))
     _report("VAL-1", f"{path} execution of invalid requests (expected INVALID_ARGUMENT, nothing written)",
             problems)
 

@@ -3,7 +3,7 @@ and judge the outputs. One place, so every suite skips, fails and reports the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
 import numpy as np
@@ -112,6 +112,26 @@ def expect_invalid(call: Callable[[], object], what: str, requirement: str = "VA
                         f"({e.message})")
         return
     pytest.fail(f"{requirement}: {what} accepted an invalid argument (returned {type(result).__name__})")
+
+
+def rejection_problems(mutations: Iterable[tuple[str, Request]],
+                       run: Callable[[Request], object]) -> list[str]:
+    """What went wrong running each labelled invalid request with ``run``: anything but
+    INVALID_ARGUMENT, and any byte written in its pools (VAL-1, VAL-2)."""
+    from nncert.testing.mutations import pool_bytes, stray_writes
+
+    problems = []
+    for label, request in mutations:
+        before = pool_bytes(request)
+        try:
+            status = status_of(lambda r=request: run(r))
+        finally:
+            stray = stray_writes(request, before)
+        if status is not ErrorStatus.INVALID_ARGUMENT:
+            problems.append(f"{label}: {'accepted' if status is ErrorStatus.NONE else status.name}")
+        if stray:
+            problems.append(f"{label}: wrote {', '.join(stray)}")
+    return problems
 
 
 def wait_fence(fence: SyncFence | None) -> None:
