@@ -47,18 +47,24 @@ def _cmd_ops(args: argparse.Namespace) -> int:
             "layout": bool(r.layout),
             "activation": bool(r.activation),
             "criterion": r.criterion,
+            "state": [name for name, _ in r.state],
+            "own_criterion": r.compare is not None,
+            "random_graphs": r.graphs or True,
             "doc": r.doc,
         })
     for flow in CONTROL_FLOW.values():  # IF / WHILE: subgraph arguments, no OpRecord (EXE-9)
         rows.append({"operation": flow.name, "code": int(flow.type), "since": flow.version.label,
                      "variants": {}, "signatures": [flow.signature], "layout": False,
-                     "activation": False, "criterion": None, "doc": flow.doc})
+                     "activation": False, "criterion": None, "state": [], "own_criterion": False,
+                     "random_graphs": "control flow has its own suite (conformance/test_control_flow.py)",
+                     "doc": flow.doc})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for row in rows:
         variants = "; ".join(f"{ver}: {', '.join(vs)}" for ver, vs in row["variants"].items())
-        flags = "".join([" [layout]" if row["layout"] else "", " [activation]" if row["activation"] else ""])
+        flags = "".join([" [layout]" if row["layout"] else "", " [activation]" if row["activation"] else "",
+                         " [state]" if row["state"] else ""])
         print(f"{row['operation']:<30} HAL {row['since']:<4} {variants or row['signatures'][0]}{flags}")
     n_variants = sum(len(r.variants) for r in records())
     print(f"{len(rows)} operations ({len(CONTROL_FLOW)} control flow), {n_variants} type variants")

@@ -15,6 +15,7 @@ from nncert.hal.model import Operand, SymmPerChannelQuantParams
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.mlts.tflite_graph import I32, Graph, Node, Spec, Unmapped, tensor_dims
+from nncert.ops import add_family_mappings
 from nncert.ops.base import to_real
 from nncert.ops.window import PADDING_SAME, PADDING_VALID, implicit_padding
 
@@ -734,3 +735,6 @@ MAPPINGS: dict[str, Callable[[Node], None]] = {
     "SPACE_TO_BATCH_ND": _space_to_batch,
     "IF": _if,
 }
+
+# The mappings of the operation families that keep theirs in a module of their own.
+add_family_mappings("nncert.mlts.mappings", MAPPINGS)

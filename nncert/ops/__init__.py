@@ -7,6 +7,8 @@ module listed in ``_FAMILIES``); every suite, generator and exporter picks it up
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from typing import Any
 
 from nncert.hal.types import OperationType
 from nncert.ops.base import OpRecord
@@ -22,6 +24,14 @@ _FAMILIES = (
     "reduce",  # MEAN REDUCE_* ARGMAX ARGMIN
     "quant",  # QUANTIZE DEQUANTIZE CAST
     "spatial",  # RESIZE_* DEPTH_TO_SPACE SPACE_TO_DEPTH BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND
+    "recurrent",  # RNN UNIDIRECTIONAL_SEQUENCE_RNN BIDIRECTIONAL_SEQUENCE_RNN SVDF
+    "lstm",  # LSTM UNIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_LSTM
+    "quantized_lstm",  # QUANTIZED_16BIT_LSTM QUANTIZED_LSTM
+    "lookup",  # EMBEDDING_LOOKUP HASHTABLE_LOOKUP LSH_PROJECTION TOPK_V2
+    "layers",  # CHANNEL_SHUFFLE INSTANCE_NORMALIZATION POW SPLIT
+    "detection",  # AXIS_ALIGNED_BBOX_TRANSFORM BOX_WITH_NMS_LIMIT GENERATE_PROPOSALS DETECTION_POSTPROCESSING
+    "regions",  # HEATMAP_MAX_KEYPOINT ROI_ALIGN ROI_POOLING RANDOM_MULTINOMIAL
+    "tensor",  # FILL RANK BATCH_MATMUL PACK MIRROR_PAD REVERSE
 )
 
 CATALOGUE: dict[OperationType, OpRecord] = {}
@@ -40,3 +50,17 @@ def get(op: OperationType) -> OpRecord | None:
 def records() -> list[OpRecord]:
     """All records, in OperationType order."""
     return [CATALOGUE[k] for k in sorted(CATALOGUE)]
+
+
+def add_family_mappings(package: str, mappings: dict) -> None:
+    """Add to ``mappings`` the ``MAPPINGS`` of every module of ``package``: an exporter's or
+    importer's mappings of one operation family live beside its others, in a module of their
+    own (``nncert/drivers/litert/mappings/recurrent.py``). A key mapped twice is an error."""
+    pkg = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        module: Any = importlib.import_module(f"{package}.{info.name}")
+        for key, value in module.MAPPINGS.items():
+            if key in mappings:
+                raise RuntimeError(f"{package}.{info.name} maps {getattr(key, 'name', key)}, "
+                                   f"which is already mapped")
+            mappings[key] = value

@@ -233,6 +233,18 @@ class OpRecord:
     #: Named edge cases this operation declares (``nncert.ops.edges.Edge``), besides the
     #: shared families every record with a fused activation or a quantised variant gets.
     edges: tuple[Any, ...] = ()
+    #: State carried between executions (recurrent operations): (input name, output index)
+    #: pairs; the per-operation suite feeds each such output of one execution to its input
+    #: in the next, and MLTS streaming does the same for a model's state.
+    state: tuple[tuple[str, int], ...] = ()
+    #: How a driver's outputs are judged when element-wise tolerances make no sense (boxes
+    #: after non-maximum suppression, random samples): ``compare(ctx, expected, actual,
+    #: relaxed)`` with ``ctx`` the case's OpContext (every input known), returning one line
+    #: per problem (empty: accepted). None: ACC-1..4 per output type.
+    compare: Callable[[OpContext, list[np.ndarray], list[np.ndarray], bool], list[str]] | None = None
+    #: Why the operation takes no part in random graphs (data-dependent output sizes, state,
+    #: random results), or "" when it does.
+    graphs: str = ""
     doc: str = ""
 
     @property

@@ -124,7 +124,8 @@ def matrix(quantised: bool = True) -> list[Cell]:
     """The CTS random-graph matrix on this catalogue: every operation at every HAL version
     it has, then small and large graphs for each data type at ranks 1-4 (the quantised
     types too unless ``quantised`` is False)."""
-    cells = [Cell("single", operation=r.name, version=v.label) for r in records() for v in r.versions]
+    cells = [Cell("single", operation=r.name, version=v.label) for r in records() if not r.graphs
+             for v in r.versions]
     types = [t for t in TYPES if quantised or t in CTS_TYPES]
     cells += [Cell(kind, type=t, rank=rank)
               for kind in ("small", "large") for t in types for rank in range(1, 5)]
@@ -135,7 +136,7 @@ def matrix(quantised: bool = True) -> list[Cell]:
 def _candidates(cell: Cell) -> tuple[tuple[OpRecord, Signature, Variant], ...]:
     if cell.kind == "single":
         record = get(OperationType[cell.operation])
-        if record is None:
+        if record is None or record.graphs:
             raise KeyError(cell.operation)
         found = tuple((record, sig, var) for sig in record.signatures for var in record.variants
                       if var.version.label == cell.version)
@@ -143,8 +144,8 @@ def _candidates(cell: Cell) -> tuple[tuple[OpRecord, Signature, Variant], ...]:
         if cell.kind not in KINDS or not 1 <= cell.rank <= 4:
             raise KeyError(cell.kind)
         want = TYPES[cell.type]
-        found = tuple((r, sig, var) for r in records() for sig in r.signatures for var in r.variants
-                      if var.primary is want)
+        found = tuple((r, sig, var) for r in records() if not r.graphs for sig in r.signatures
+                      for var in r.variants if var.primary is want)
     if not found:
         raise KeyError(cell.label)
     return found

@@ -62,6 +62,7 @@ from nncert.hal.transform import CONSTANT, ShapeUnknown, specialize_subgraph
 from nncert.hal.types import OperandLifeTime
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
+from nncert.ops import add_family_mappings
 
 try:  # the schema ships with ai-edge-litert; tflite-runtime has none, so export needs it
     from ai_edge_litert import schema_py_generated as fb
@@ -1214,3 +1215,7 @@ def _control_flow_problem(model: Model, sg: Subgraph, op: Operation) -> str | No
             if problem:
                 return f"subgraph {ref}, operation {n} ({inner_op.type.name}): {problem}"
     return None
+
+
+# The mappings of the operation families that keep theirs in a module of their own.
+add_family_mappings("nncert.drivers.litert.mappings", MAPPINGS)

@@ -50,6 +50,7 @@ from nncert.hal.model import Model, Operand, Operation, Subgraph, dtype_of
 from nncert.hal.transform import ShapeUnknown, specialize_subgraph
 from nncert.hal.types import FusedActivationFunc, OperandLifeTime, OperationType
 from nncert.hal.types import OperandType as T
+from nncert.ops import add_family_mappings
 from nncert.ops import get as get_record
 from nncert.ops.base import ShapeError, Unknown, match
 from nncert.ops.evaluate import bind, known_inputs
@@ -1076,3 +1077,7 @@ def _loop_body(g: Graph, refs: tuple[int, int], dims: list[tuple[int, ...]],
 
 _CONTROL_FLOW: dict[Op, Callable[[Graph, Operation], None]] = {Op.IF: _if, Op.WHILE: _while}
 _CONTROL_FLOW_NAMES = {Op.IF: "If", Op.WHILE: "Loop"}
+
+
+# The mappings of the operation families that keep theirs in a module of their own.
+add_family_mappings("nncert.drivers.onnxruntime.mappings", MAPPINGS)

@@ -1,0 +1,7 @@
+"""Operation records of the lookup family (see nncert/ops/README.md)."""
+
+from __future__ import annotations
+
+from nncert.ops.base import OpRecord
+
+RECORDS: list[OpRecord] = []
