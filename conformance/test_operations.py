@@ -13,7 +13,7 @@ import pytest
 
 from nncert.testing.cases import SEEDS, case_id, enumerate_cases, enumerate_edge_cases, is_heavy, sample_case
 from nncert.testing.criteria import tolerance
-from nncert.testing.harness import PATHS, run_case
+from nncert.testing.harness import PATHS, run_case, run_state_chain
 
 
 def _key_id(key) -> str:
@@ -106,3 +106,19 @@ def _edge_params():
 @pytest.mark.parametrize(("key", "path"), _edge_params())
 def test_operation_edge(driver, key, path):
     run_case(driver, sample_case(*key), path=path)
+
+
+# Recurrent operations (OpRecord.state): one prepared model runs three executions, the
+# state outputs of one fed back into the next, then the first state again; one seed of
+# every variant, on every path (the state must survive each path's plumbing alike).
+
+STATEFUL = [k for k in ALL if k[0].state and k[5] == 0]
+
+
+@pytest.mark.req("DRV-2", "EXE-3")
+@pytest.mark.parametrize(("key", "path"), [pytest.param(k, path, id=f"{_key_id(k)}-{path}",
+                                                        marks=[pytest.mark.req(_acc_req(k), "ACC-6"),
+                                                               pytest.mark.operation(k[0].name, k[2].label)])
+                                           for k in STATEFUL for path in PATHS])
+def test_operation_state(driver, key, path):
+    run_state_chain(driver, sample_case(*key), path)

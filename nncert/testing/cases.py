@@ -328,6 +328,39 @@ def _sample(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None, 
                   notes, None if edge is None else edge.name)
 
 
+def stepped(case: OpCase, step: int, state: Sequence[np.ndarray]) -> OpCase:
+    """Execution ``step`` of a chain on a recurrent operation's case (``OpRecord.state``):
+    ``state`` (one array per state pair, in the record's order) in its state inputs, the
+    other non-constant tensors given new values (a permutation of the case's own, drawn
+    from the case id and ``step``, so every domain rule still holds), and the golden
+    recomputed from exactly these inputs."""
+    record = case.record
+    given = {name: value for (name, _), value in zip(record.state, state, strict=True)}
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{case.id}/step{step}".encode()).digest()[:8],
+                                               "little"))
+    inputs = []
+    for ci in case.inputs:
+        o = ci.operand
+        if o is not None and ci.arg.name in given:
+            value = np.asarray(given[ci.arg.name]).astype(dtype_of(o.type)).reshape(o.dimensions)
+        elif o is None or not o.type.is_tensor or ci.const:
+            value = ci.value
+        else:
+            value = rng.permutation(np.asarray(ci.value).ravel()).reshape(np.shape(ci.value))
+        inputs.append(dataclasses.replace(ci, value=np.ascontiguousarray(value)))
+    expected = evaluate(record, [ci.operand for ci in inputs], [ci.value for ci in inputs], case.outputs)
+    return dataclasses.replace(case, inputs=inputs, expected=expected)
+
+
+def state_values(case: OpCase, outputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """The state a recurrent case carries: its state inputs' values, or with ``outputs`` (one
+    execution's), the state outputs it hands to the next execution."""
+    if outputs is not None:
+        return [np.asarray(outputs[k]) for _, k in case.record.state]
+    by_name = {ci.arg.name: ci.value for ci in case.inputs if ci.operand is not None}
+    return [np.asarray(by_name[name]) for name, _ in case.record.state]
+
+
 def kernel_value(record: OpRecord, operand: Operand | None, value: Any) -> Any:
     """An input value as ``record``'s kernels and shape rules see it (None when omitted or
     not known)."""

@@ -24,7 +24,7 @@ from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import LATEST, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.hal.validation import validate_model
 from nncert.testing import triage
-from nncert.testing.cases import OpCase, context_for
+from nncert.testing.cases import OpCase, context_for, state_values, stepped
 from nncert.testing.criteria import output_mismatches
 
 #: The execution paths of EXE-1 and BURST-1.
@@ -273,6 +273,53 @@ def case_problems(case: OpCase, actual: Sequence[np.ndarray], model: Model | Non
         return case.record.compare(context_for(case), list(case.expected), list(actual), relaxed)
     model = model if model is not None else case.model()[0]
     return [str(m) for m in output_mismatches(model, case.expected, actual, relaxed)]
+
+
+#: Executions of one prepared model in a state chain: the case, then its state fed back,
+#: then a reset to the first state (a streaming caller starting a new sequence).
+STATE_STEPS = 3
+
+
+def run_state_chain(driver: Driver, case: OpCase, path: str = "sync") -> None:
+    """A recurrent operation's case run ``STATE_STEPS`` times on one prepared model, as a
+    streaming caller runs it: each execution's state outputs go back into the state inputs
+    of the next, then the first state again (a new sequence); the other inputs change at
+    every step. Every step is judged against the golden of exactly its inputs, so a driver
+    that keeps state of its own between executions (as a variable tensor does) or reads
+    stale inputs fails. Skips when the driver declines; fails as run_case does."""
+    variation = "base"
+    if any(ci.const for ci in case.inputs if ci.operand is not None and
+           ci.arg.name in {name for name, _ in case.record.state}):
+        variation = "all_tensors_as_inputs"  # a constant state cannot be fed back
+    version = case.variation_version(variation)
+    if version > driver.feature_level:
+        decline(f"needs HAL {version.label}, driver is {driver.feature_level.label}")
+    model, _ = case.model(variation)
+    reason = declined(driver, model)
+    if reason:
+        decline(reason)
+    try:
+        prepared = prepare_claimed(driver, model)
+    except CaseError as e:
+        pytest.fail(str(e))
+    first = state_values(case)
+    current, actual = case, None
+    for step in range(STATE_STEPS):
+        if step:
+            current = stepped(case, step, first if step == STATE_STEPS - 1 else state_values(case, actual))
+        model, feeds = current.model(variation)
+        dims = [tuple(e.shape) for e in current.expected]
+        request = build_request(model, feeds, dims)
+        try:
+            execute(prepared, request, path)
+        except HalError as e:
+            pytest.fail(f"DRV-2: execution {step + 1} of the state chain failed: {e}")
+        actual = read_outputs(model, request, dims)
+        problems = case_problems(current, actual, model)
+        if problems:
+            what = ("the case's state" if step == 0 else "the first state again" if step == STATE_STEPS - 1
+                    else "the state fed back")
+            pytest.fail(f"execution {step + 1} of the state chain ({what}): {'; '.join(problems)}")
 
 
 def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.ndarray],
