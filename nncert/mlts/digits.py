@@ -39,9 +39,8 @@ def trained_weights() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(w1 (32, 64), b1 (32,), w2 (10, 32), b2 (10,)), float32, read-only: weights in the
     FULLY_CONNECTED layout (units x inputs). Softmax cross-entropy plus L2 on the weights,
     full-batch Adam from a He initialisation drawn from ``SEED``."""
-    from threadpoolctl import threadpool_limits
-
     from nncert.mlts.datasets import digits
+    from nncert.mlts.training import adam, frozen, softmax_xent
 
     data = digits()
     x = data.x_train.reshape(-1, 64).astype(np.float64) / 16.0
@@ -49,33 +48,18 @@ def trained_weights() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(SEED)
     params = [rng.normal(0.0, np.sqrt(2.0 / 64), (64, HIDDEN)), np.zeros(HIDDEN),
               rng.normal(0.0, np.sqrt(2.0 / HIDDEN), (HIDDEN, 10)), np.zeros(10)]
-    m = [np.zeros_like(p) for p in params]
-    v = [np.zeros_like(p) for p in params]
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    # One BLAS thread: the products are small (threads only contend on a busy machine), and
-    # the order of every sum is then fixed.
-    with threadpool_limits(limits=1, user_api="blas"):
-        for step in range(1, EPOCHS + 1):
-            w1, b1, w2, b2 = params
-            pre = x @ w1 + b1
-            hidden = np.maximum(pre, 0.0)
-            logits = hidden @ w2 + b2
-            p = np.exp(logits - logits.max(axis=1, keepdims=True))
-            p /= p.sum(axis=1, keepdims=True)
-            d_logits = (p - onehot) / len(x)
-            d_hidden = (d_logits @ w2.T) * (pre > 0)
-            grads = [x.T @ d_hidden + WEIGHT_DECAY * w1, d_hidden.sum(axis=0),
-                     hidden.T @ d_logits + WEIGHT_DECAY * w2, d_logits.sum(axis=0)]
-            for i, g in enumerate(grads):
-                m[i] = beta1 * m[i] + (1 - beta1) * g
-                v[i] = beta2 * v[i] + (1 - beta2) * g * g
-                params[i] = params[i] - LEARNING_RATE * (m[i] / (1 - beta1 ** step)) / (
-                    np.sqrt(v[i] / (1 - beta2 ** step)) + eps)
-    w1, b1, w2, b2 = (np.ascontiguousarray(a, np.float32) for a in (params[0].T, params[1], params[2].T,
-                                                                     params[3]))
-    for a in (w1, b1, w2, b2):
-        a.setflags(write=False)
-    return w1, b1, w2, b2
+
+    def gradients(params: list[np.ndarray]) -> list[np.ndarray]:
+        w1, b1, w2, b2 = params
+        pre = x @ w1 + b1
+        hidden = np.maximum(pre, 0.0)
+        _, d_logits = softmax_xent(hidden @ w2 + b2, onehot)
+        d_hidden = (d_logits @ w2.T) * (pre > 0)
+        return [x.T @ d_hidden + WEIGHT_DECAY * w1, d_hidden.sum(axis=0),
+                hidden.T @ d_logits + WEIGHT_DECAY * w2, d_logits.sum(axis=0)]
+
+    w1, b1, w2, b2 = adam(params, gradients, EPOCHS, LEARNING_RATE)
+    return frozen(w1.T, b1, w2.T, b2)  # type: ignore[return-value]
 
 
 def build_digits_model() -> Model:
