@@ -112,7 +112,7 @@ def test_operation_edge(driver, key, path):
 # state outputs of one fed back into the next, then the first state again; one seed of
 # every variant, on every path (the state must survive each path's plumbing alike).
 
-STATEFUL = [k for k in ALL if k[0].state and k[5] == 0]
+STATEFUL = [k for k in ALL if k[0].state_pairs(k[1]) and k[5] == 0]
 
 
 @pytest.mark.req("DRV-2", "EXE-3")

@@ -233,10 +233,12 @@ class OpRecord:
     #: Named edge cases this operation declares (``nncert.ops.edges.Edge``), besides the
     #: shared families every record with a fused activation or a quantised variant gets.
     edges: tuple[Any, ...] = ()
-    #: State carried between executions (recurrent operations): (input name, output index)
-    #: pairs; the per-operation suite feeds each such output of one execution to its input
-    #: in the next, and MLTS streaming does the same for a model's state.
-    state: tuple[tuple[str, int], ...] = ()
+    #: State carried between executions (recurrent operations): (input name, output index
+    #: or output name) pairs; the per-operation suite feeds each such output of one
+    #: execution to its input in the next, and MLTS streaming does the same for a model's
+    #: state. A pair whose output a signature lacks (the state outputs are optional in
+    #: UNIDIRECTIONAL_SEQUENCE_RNN) does not apply to it: see ``state_pairs``.
+    state: tuple[tuple[str, int | str], ...] = ()
     #: How a driver's outputs are judged when element-wise tolerances make no sense (boxes
     #: after non-maximum suppression, random samples): ``compare(ctx, expected, actual,
     #: relaxed)`` with ``ctx`` the case's OpContext (every input known), returning one line
@@ -254,6 +256,18 @@ class OpRecord:
     @property
     def versions(self) -> list[Version]:
         return sorted({v.version for v in self.variants})
+
+    def state_pairs(self, signature: Signature) -> list[tuple[str, int]]:
+        """The ``state`` pairs that apply to ``signature``, as (input name, output index)."""
+        names = [a.name for a in signature.outputs]
+        pairs = []
+        for name, out in self.state:
+            if isinstance(out, str):
+                if out in names:
+                    pairs.append((name, names.index(out)))
+            elif out < len(names):
+                pairs.append((name, out))
+        return pairs
 
 
 # ---------------------------------------------------------------------------------------

@@ -335,7 +335,7 @@ def stepped(case: OpCase, step: int, state: Sequence[np.ndarray]) -> OpCase:
     from the case id and ``step``, so every domain rule still holds), and the golden
     recomputed from exactly these inputs."""
     record = case.record
-    given = {name: value for (name, _), value in zip(record.state, state, strict=True)}
+    given = {name: value for (name, _), value in zip(record.state_pairs(case.signature), state, strict=True)}
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{case.id}/step{step}".encode()).digest()[:8],
                                                "little"))
     inputs = []
@@ -356,9 +356,9 @@ def state_values(case: OpCase, outputs: Sequence[np.ndarray] | None = None) -> l
     """The state a recurrent case carries: its state inputs' values, or with ``outputs`` (one
     execution's), the state outputs it hands to the next execution."""
     if outputs is not None:
-        return [np.asarray(outputs[k]) for _, k in case.record.state]
+        return [np.asarray(outputs[k]) for _, k in case.record.state_pairs(case.signature)]
     by_name = {ci.arg.name: ci.value for ci in case.inputs if ci.operand is not None}
-    return [np.asarray(by_name[name]) for name, _ in case.record.state]
+    return [np.asarray(by_name[name]) for name, _ in case.record.state_pairs(case.signature)]
 
 
 def kernel_value(record: OpRecord, operand: Operand | None, value: Any) -> Any:
