@@ -205,6 +205,19 @@ class Graph:
             o.builtinOptions = opts
         self.operators.append(o)
 
+    def custom(self, name: str, inputs: Sequence[int], outputs: Sequence[int], options: bytes = b"") -> None:
+        """A custom operator (builtin code CUSTOM, ``name`` its custom code) with its
+        ``options`` bytes (flexbuffers, as the kernel that registers ``name`` reads them)."""
+        key = f"custom:{name}"
+        self.codes.setdefault(key, len(self.codes))  # type: ignore[call-overload]
+        o = fb.OperatorT()
+        o.opcodeIndex = self.codes[key]  # type: ignore[index]
+        o.inputs = [int(i) for i in inputs]
+        o.outputs = [int(i) for i in outputs]
+        o.customOptions = list(options)
+        o.customOptionsFormat = fb.CustomOptionsFormat.FLEXBUFFERS
+        self.operators.append(o)
+
     def unary(self, code: str, src: int, shape: Sequence[int] | None = None, quant: Any = "same",
               ttype: str | None = None, extra: Sequence[int] = (), options: str | None = None,
               **fields: Any) -> int:
@@ -250,6 +263,12 @@ class Graph:
         codes = [None] * len(self.codes)
         for builtin, i in self.codes.items():
             oc = fb.OperatorCodeT()
+            if isinstance(builtin, str):  # a custom operator ("custom:NAME", see custom())
+                oc.builtinCode = oc.deprecatedBuiltinCode = fb.BuiltinOperator.CUSTOM
+                oc.customCode = builtin.removeprefix("custom:")
+                oc.version = 1
+                codes[i] = oc
+                continue
             oc.builtinCode = builtin
             oc.deprecatedBuiltinCode = min(builtin, 127)
             oc.version = _OP_VERSION.get(builtin, 1)
