@@ -235,6 +235,7 @@ class Graph:
         self.values: dict[int, np.ndarray] = {}
         self._scalars: dict[tuple[T, Any], int] = {}
         self.log: list[str] = []
+        self.omitted: set[int] = set()  # NO_VALUE operands (``no_value``)
 
     # -- operands --
     def spec(self, idx: int) -> Spec:
@@ -245,6 +246,12 @@ class Graph:
 
     def is_const(self, idx: int) -> bool:
         return idx in self.values
+
+    def no_value(self, type_: T) -> int:
+        """An omitted optional input (NO_VALUE) of ``type_``."""
+        idx = self.b.no_value(type_)
+        self.omitted.add(idx)
+        return idx
 
     def operand(self, spec: Spec, dims: Sequence[int]) -> int:
         return self.b.operand(spec.type, dims, spec.scale, spec.zero_point, spec.channel_quant)
@@ -287,9 +294,9 @@ class Graph:
         quantisation) given the wanted parameters unchanged. An operation whose inputs are
         all constant is computed now (folded)."""
         record = get(type_)
-        in_ops = [self.b.operands[i] for i in ins]
+        in_ops = [None if i in self.omitted else self.b.operands[i] for i in ins]
         try:
-            m = match(record, [o.type for o in in_ops], [s.type for s in outs])
+            m = match(record, [o and o.type for o in in_ops], [s.type for s in outs])
         except ShapeError as e:
             raise Unmapped(str(e)) from None
         required = [self._required(record, m, in_ops, k, s) for k, s in enumerate(outs)]
