@@ -62,7 +62,10 @@ from nncert.ops.base import (
     fixed,
     from_real,
     quantize,
+    same_as,
     scalar_of,
+    var,
+    variant,
     variants,
 )
 
@@ -130,24 +133,26 @@ def _best(pending: list[int], scores: np.ndarray, tie: int, m: _Margins | None) 
 
 
 def nms(scores: np.ndarray, boxes: Callable[[int], np.ndarray], candidates: Sequence[int],
-        iou_threshold: float, max_out: int, *, kernel: Callable[[float], float] | None = None,
-        drop_below: float = -math.inf, tie: int = 1, m: _Margins | None = None) -> list[int]:
-    """Greedy NMS over ``candidates`` (indices into ``scores``), best first; ``max_out`` < 1:
-    unlimited. Hard (``kernel`` None): drop the boxes with IoU >= ``iou_threshold`` with the
-    selected one. Soft: multiply their scores (in place) by ``kernel(IoU)`` and drop those
-    then below ``drop_below``."""
+        iou_threshold: float, max_out: int | None, *, kernel: Callable[[float], float] | None = None,
+        drop_below: float = -math.inf, iou_decides: bool = True, tie: int = 1,
+        m: _Margins | None = None) -> list[int]:
+    """Greedy NMS over ``candidates`` (indices into ``scores``), best first, at most
+    ``max_out`` (None: unlimited). Hard (``kernel`` None): drop the boxes with IoU >=
+    ``iou_threshold`` with the selected one. Soft: multiply their scores (in place) by
+    ``kernel(IoU)`` and drop those then below ``drop_below`` (``iou_decides``: the kernel
+    steps at ``iou_threshold``, so IoUs near it are close calls)."""
     pending = list(candidates)
     selected: list[int] = []
-    while pending and (max_out < 1 or len(selected) < max_out):
+    while pending and (max_out is None or len(selected) < max_out):
         best = _best(pending, scores, tie, m)
         pending.remove(best)
         selected.append(best)
         keep = []
         for i in pending:
             overlap = iou(boxes(i), boxes(best))
+            if m is not None and iou_decides:
+                m.ious(overlap, iou_threshold)
             if kernel is None:
-                if m is not None:
-                    m.ious(overlap, iou_threshold)
                 if overlap >= iou_threshold:
                     continue
             else:
@@ -198,6 +203,20 @@ def _clip(boxes: np.ndarray, height: float, width: float) -> np.ndarray:
     out[..., 0::2] = np.clip(out[..., 0::2], 0.0, width)
     out[..., 1::2] = np.clip(out[..., 1::2], 0.0, height)
     return out
+
+
+def _v(ctx: OpContext, name: str) -> Any:
+    """An input as the kernels here read it, whichever form the caller bound: scalars as
+    numbers, quantised tensors as real values, float tensors as float64 (a shape rule may be
+    handed stored values)."""
+    v = ctx.value(name)
+    o = ctx.operand(name)
+    if o.type.is_scalar:
+        return np.asarray(v).item()
+    arr = np.asarray(v)
+    if o.type.is_quant and arr.dtype.kind in "iu":
+        return (arr.astype(np.float64) - o.zero_point) * o.scale
+    return arr.astype(np.float64) if arr.dtype.kind == "f" else arr
 
 
 # ---------------------------------------------------------------------------------------
@@ -295,6 +314,27 @@ def _score_quant(s: SampleContext, t: T) -> tuple[float, int]:
     return float(np.float32(1 / 250)), zp - (128 if t is _Q8S else 0)
 
 
+def _quant_mode(s: SampleContext) -> str:
+    """For a shared quantisation edge (``edges.QUANT``), which: "min" / "max" (zero points
+    at the type's extremes, set before the draw so that its margins hold) or "scale" (scales
+    the edge draws after the sampler, 1e-7..1: only what is scale-invariant may decide)."""
+    e = s.edge
+    if e is None or e.family != "quant":
+        return ""
+    return {"quant_zero_point_min": "min", "quant_zero_point_max": "max"}.get(e.name, "scale")
+
+
+def _raw_scores(s: SampleContext, t: T, n: int, mode: str, scale: float, zp: int) -> tuple[np.ndarray, int]:
+    """Under a quantisation edge: ``n`` distinct stored scores several steps apart, never at
+    the zero point (their order holds whatever scale the edge picks), and the zero point."""
+    lo, hi = t.quant_range
+    zp = lo if mode == "min" else hi if mode == "max" else zp
+    step = (hi - lo) // (n + 1)
+    raw = lo + step * (1 + s.draw.rng.permutation(n))
+    raw = np.where(raw == zp, raw + 1, raw)
+    return raw.astype(dtype_of(t)), zp
+
+
 MAX_TRIES = 60
 
 
@@ -331,7 +371,7 @@ _DP_PARAMS = ("scale_y", "scale_x", "scale_h", "scale_w", "use_regular_nms", "ma
 
 
 def _dp_params(ctx: OpContext) -> dict[str, Any]:
-    p = {k: ctx.value(k) for k in _DP_PARAMS}
+    p = {k: _v(ctx, k) for k in _DP_PARAMS}
     for k in ("scale_y", "scale_x", "scale_h", "scale_w"):
         if not p[k] > 0:
             raise ShapeError(f"{k} {p[k]:g} must be positive")
@@ -405,7 +445,7 @@ def dp_reference(scores: np.ndarray, deltas: np.ndarray, anchors: np.ndarray, p:
 
 
 def _dp_run(ctx: OpContext, tie: int = 1) -> list[np.ndarray]:
-    return dp_reference(ctx.value("scores"), ctx.value("deltas"), ctx.value("anchors"), _dp_params(ctx), tie)
+    return dp_reference(_v(ctx, "scores"), _v(ctx, "deltas"), _v(ctx, "anchors"), _dp_params(ctx), tie)
 
 
 def _dp_kernel(ctx: OpContext) -> list[np.ndarray]:
@@ -460,7 +500,7 @@ def _dp_sampler(edge: str = ""):
                 scores = np.concatenate([judged[:, :, :1], scores], axis=2)
             anchors_s, deltas_s = _stored(anchors, t), _stored(deltas, t)
             if edge == "all_below_threshold":
-                thr = float(scores.max()) + 0.02
+                thr = float(scores.max()) + 0.03
             else:
                 thr = _threshold_between(s, scores[:, :, 1:].reshape(-1), 0.05, 0.5)
             params["score_threshold"] = _scalar_value(s, "score_threshold", thr)
@@ -515,4 +555,484 @@ DETECTION_POSTPROCESSING = OpRecord(
         "fixed-size outputs with a count per batch.")
 
 
-RECORDS: list[OpRecord] = [DETECTION_POSTPROCESSING]
+
+
+# ---------------------------------------------------------------------------------------
+# AXIS_ALIGNED_BBOX_TRANSFORM
+
+
+def _batch_index(batches: np.ndarray, n_images: int) -> None:
+    bad = [int(x) for x in np.asarray(batches).reshape(-1) if not 0 <= int(x) < n_images]
+    if bad:
+        raise ShapeError(f"batch index {bad[0]} is outside the {n_images} images of image_info")
+
+
+def _valid_boxes(boxes: np.ndarray, name: str) -> None:
+    b = boxes.reshape(-1, 4)
+    bad = np.nonzero((b[:, 0] > b[:, 2]) | (b[:, 1] > b[:, 3]))[0]
+    if bad.size:
+        raise ShapeError(f"{name} box {int(bad[0])} has x1 > x2 or y1 > y2: {b[bad[0]].tolist()}")
+
+
+def _aabt_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+    r, four = ctx.dims("rois")
+    dr, dc = ctx.dims("deltas")
+    (br,) = ctx.dims("batches")
+    images, two = ctx.dims("image_info")
+    if four != 4 or dc % 4 or dc == 0 or dr != r or br != r:
+        raise ShapeError(f"rois {[r, four]}, deltas {[dr, dc]} and batches {[br]} must be [n, 4], "
+                         f"[n, 4 * classes] and [n]")
+    if two != 2 or images < 1:
+        raise ShapeError(f"image_info {[images, two]} must be [images >= 1, 2]")
+    return [(r, dc)]
+
+
+def aabt_reference(rois: np.ndarray, deltas: np.ndarray, batches: np.ndarray, info: np.ndarray) -> np.ndarray:
+    """AXIS_ALIGNED_BBOX_TRANSFORM on real arrays."""
+    r = rois.shape[0]
+    out = decode(rois[:, None, :], deltas.reshape(r, -1, 4))
+    idx = np.asarray(batches, dtype=np.intp)
+    h, w = info[idx, 0][:, None], info[idx, 1][:, None]
+    out[..., 0::2] = np.clip(out[..., 0::2], 0.0, w[..., None])
+    out[..., 1::2] = np.clip(out[..., 1::2], 0.0, h[..., None])
+    return out.reshape(r, -1)
+
+
+def _aabt_kernel(ctx: OpContext) -> list[np.ndarray]:
+    rois, batches, info = _v(ctx, "rois"), _v(ctx, "batches"), _v(ctx, "image_info")
+    _batch_index(batches, info.shape[0])
+    _valid_boxes(rois, "rois")
+    return [aabt_reference(rois, _v(ctx, "deltas"), batches, info)]
+
+
+def _random_boxes(s: SampleContext, n: int, extent: float, lo: float = 0.5, hi: float = 4.0) -> np.ndarray:
+    """``n`` corner boxes [x1, y1, x2, y2] of sides in [lo, hi] inside [0, extent]^2."""
+    w, h = s.draw.array((n,), lo, hi), s.draw.array((n,), lo, hi)
+    x = s.draw.array((n,), 0, 1) * np.maximum(extent - w, 0)
+    y = s.draw.array((n,), 0, 1) * np.maximum(extent - h, 0)
+    return np.stack([x, y, x + w, y + h], axis=1)
+
+
+def _delta_quant(t: T) -> tuple[float, int]:
+    """Scale and zero point of quantised deltas in about [-2, 2]."""
+    return 1 / 64, (0 if t is _Q8S else 128)
+
+
+def _aabt_sample(s: SampleContext) -> None:
+    rt, dt = s.type("rois"), s.type("deltas")
+    r, c, images = s.draw.int(1, 4), s.draw.int(1, 3), s.draw.int(1, 2)
+    info = np.array([[s.draw.int(4, 10), s.draw.int(4, 10)] for _ in range(images)], dtype=np.float64)
+    batches = np.sort(np.array([s.draw.int(0, images - 1) for _ in range(r)]))
+    rois = _stored(_random_boxes(s, r, 8.0), rt, 0.125)
+    dscale, dzp = _delta_quant(dt)
+    deltas = _stored(s.draw.array((r, 4 * c), -0.6, 0.6), dt, dscale, dzp)
+    for name, value in (("rois", rois), ("image_info", info)):
+        s.tensor(name, value.shape, value, scale=0.125 if rt.is_quant else None,
+                 zero_point=0 if rt.is_quant else None)
+    s.tensor("deltas", deltas.shape, deltas, scale=dscale if dt.is_quant else None,
+             zero_point=dzp if dt.is_quant else None)
+    s.tensor("batches", (r,), batches.astype(np.int32))
+
+
+_AABT_SIG = Signature(
+    inputs=(Arg("rois", ranks=(2,), quant=_BOX_QUANT), Arg("deltas", var("D"), ranks=(2,)),
+            Arg("batches", T.TENSOR_INT32, ranks=(1,)), Arg("image_info", ranks=(2,), quant=_BOX_QUANT)),
+    outputs=(Arg("output", quant=_BOX_QUANT),))
+
+AXIS_ALIGNED_BBOX_TRANSFORM = OpRecord(
+    Op.AXIS_ALIGNED_BBOX_TRANSFORM, (_AABT_SIG,),
+    (*variants(V.V1_2, _F32, _F16), variant(V.V1_2, T=_Q16A, D=_Q8), variant(V.V1_3, T=_Q16A, D=_Q8S)),
+    _aabt_kernel, _aabt_shape, _aabt_sample, criterion="relaxed",
+    graphs="its boxes must have x1 <= x2 and y1 <= y2 and its batch indices must name an image: "
+           "values other operations compute do not keep either",
+    doc="Move each box by per-class deltas [dx, dy, dw, dh] (centre-size, log-scale sizes) and "
+        "clip it to its image.")
+
+
+# ---------------------------------------------------------------------------------------
+# BOX_WITH_NMS_LIMIT
+
+
+_KERNELS = {0: "hard", 1: "linear", 2: "gaussian"}
+
+
+def _bwn_params(ctx: OpContext) -> dict[str, Any]:
+    p = {k: _v(ctx, k) for k in ("score_threshold", "max_detections", "nms_kernel", "iou_threshold",
+                                   "sigma", "nms_score_threshold")}
+    if p["nms_kernel"] not in _KERNELS:
+        raise ShapeError(f"nms_kernel {p['nms_kernel']} is not 0 (hard), 1 (linear) or 2 (gaussian)")
+    if p["nms_kernel"] == 2 and not p["sigma"] > 0:
+        raise ShapeError(f"sigma {p['sigma']:g} must be positive for the gaussian kernel")
+    return p
+
+
+def bwn_reference(scores: np.ndarray, boxes: np.ndarray, batches: np.ndarray, p: dict[str, Any],
+                  tie: int = 1, m: _Margins | None = None) -> list[np.ndarray]:
+    """BOX_WITH_NMS_LIMIT on real arrays: (scores, boxes, classes, batch indices)."""
+    r, c_n = scores.shape
+    thr, sigma, kind = p["iou_threshold"], p["sigma"], p["nms_kernel"]
+    factor = {0: lambda o: 1.0 if o < thr else 0.0, 1: lambda o: 1.0 if o < thr else 1.0 - o,
+              2: lambda o: math.exp(-o * o / sigma)}[kind]
+    limit = None if p["max_detections"] < 0 else p["max_detections"]
+    flat = scores.reshape(-1).copy()
+    box = boxes.reshape(r * c_n, 4)
+    out: list[tuple[float, np.ndarray, int, int]] = []
+    start = 0
+    while start < r:  # runs of equal batch index, in input order
+        end = start
+        while end < r and batches[end] == batches[start]:
+            end += 1
+        picked: list[int] = []
+        for c in range(1, c_n):
+            cand = _above(flat, range(start * c_n + c, end * c_n, c_n), p["score_threshold"], m)
+            picked += nms(flat, lambda i: box[i], cand, thr, limit, kernel=factor,
+                          drop_below=p["nms_score_threshold"], iou_decides=kind != 2, tie=tie, m=m)
+        kept = _by_score(picked, flat, tie, m, -1 if limit is None else limit)
+        kept.sort(key=lambda i: (i % c_n, -flat[i], tie * i))
+        out += [(flat[i], box[i], i % c_n, int(batches[start])) for i in kept]
+        start = end
+    n = len(out)
+    return [np.array([o[0] for o in out], dtype=np.float64).reshape(n),
+            np.array([o[1] for o in out], dtype=np.float64).reshape(n, 4),
+            np.array([o[2] for o in out], dtype=np.int32).reshape(n),
+            np.array([o[3] for o in out], dtype=np.int32).reshape(n)]
+
+
+def _bwn_run(ctx: OpContext, tie: int = 1) -> list[np.ndarray]:
+    scores, boxes = _v(ctx, "scores"), _v(ctx, "boxes")
+    _valid_boxes(boxes, "boxes")
+    return bwn_reference(scores, boxes, _v(ctx, "batches"), _bwn_params(ctx), tie)
+
+
+def _bwn_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+    r, c = ctx.dims("scores")
+    br, bc = ctx.dims("boxes")
+    (nb,) = ctx.dims("batches")
+    if (br, bc, nb) != (r, 4 * c, r):
+        raise ShapeError(f"boxes {[br, bc]} and batches {[nb]} must be [{r}, {4 * c}] and [{r}] "
+                         f"for scores {[r, c]}")
+    if c < 2:
+        raise ShapeError(f"scores need a background and at least one class, have {c} classes")
+    _bwn_params(ctx)
+    n = _bwn_run(ctx)[0].shape[0]  # Unknown until every value is known
+    return [(n,), (n, 4), (n,), (n,)]
+
+
+def _grouped(batches: np.ndarray) -> bool:
+    """Whether equal batch indices are consecutive."""
+    seen: list[int] = []
+    for b in batches.tolist():
+        if seen and seen[-1] == b:
+            continue
+        if b in seen:
+            return False
+        seen.append(b)
+    return True
+
+
+def _per_batch(name: str, n_batch_out: int, score_out: int, box_out: int, class_out: int | None):
+    """A compare hook for outputs of data-dependent length grouped by a batch-index output."""
+
+    def compare(ctx: OpContext, expected: list[np.ndarray], actual: list[np.ndarray],
+                relaxed: bool) -> list[str]:
+        score_tol, box_tol = _tolerances(ctx, score_out, box_out, relaxed)
+        if not _grouped(np.asarray(actual[n_batch_out])):
+            return [f"{name}: output boxes are not grouped by batch: {actual[n_batch_out].tolist()}"]
+
+        def judge(exp: list[np.ndarray]) -> list[str]:
+            if exp[n_batch_out].shape != actual[n_batch_out].shape:
+                return [f"{name}: {actual[n_batch_out].shape[0]} boxes, expected {exp[n_batch_out].shape[0]}"]
+            for b in dict.fromkeys(exp[n_batch_out].tolist()):
+                def dets(o: list[np.ndarray], b: int = b) -> list[Detection]:
+                    rows = np.nonzero(np.asarray(o[n_batch_out]) == b)[0]
+                    cls = [-1 if class_out is None else int(o[class_out][k]) for k in rows]
+                    return [(o[score_out][k], o[box_out][k], c) for k, c in zip(rows, cls, strict=True)]
+                problems = _match(dets(exp), dets(actual), score_tol, box_tol, f"{name} batch {b}")
+                if problems:
+                    return problems
+            return []
+
+        run = _bwn_run if name == "BOX_WITH_NMS_LIMIT" else _gp_run
+        return _first_accepting(_alternatives(ctx, expected, run), judge)
+
+    return compare
+
+
+def _bwn_sampler(edge: str = ""):
+    def sample(s: SampleContext) -> None:
+        t, bt = s.type("scores"), s.type("boxes")
+        groups = 2 if edge == "empty_image" or not s.draw.bool(0.6) else 1
+        sizes = [s.draw.int(2, 4) for _ in range(groups)]
+        r, c_n = sum(sizes), s.draw.int(2, 3)
+        batches = np.repeat(np.arange(groups) * s.draw.int(1, 2), sizes)
+        kind = s.draw.int(0, 2) if edge != "ties" else 0
+        sscale, szp = _score_quant(s, t)
+        params: dict[str, Any] = {"nms_kernel": kind,
+                                  "max_detections": -1 if s.draw.bool(0.4) else s.draw.int(1, r * (c_n - 1))}
+        if edge == "max_detections_1":
+            params["max_detections"] = 1
+
+        mode = _quant_mode(s)
+        if mode:  # no thresholds the edge's scale could move scores across: every box is kept
+            params.update(nms_kernel=0, score_threshold=-1e9, nms_score_threshold=-1e9, iou_threshold=1.0)
+
+        def attempt() -> bool:
+            nonlocal szp
+            raw, _ = _grid_scores(s, r * c_n, 0.05, 0.95)
+            scores = _stored(raw.reshape(r, c_n), t, sscale, szp)
+            stored = None
+            if mode:
+                stored, szp = _raw_scores(s, t, r * c_n, mode, sscale, szp)
+                stored = stored.reshape(r, c_n)
+                scores = (stored.astype(np.float64) - szp) * sscale
+            boxes = _stored(_random_boxes(s, r * c_n, 6.0, 1.0, 4.0).reshape(r, 4 * c_n), bt, 0.125)
+            if edge == "ties":
+                # two overlapping boxes of class 1 (IoU >= 0.78) with the same score: which one
+                # survives hard NMS is unspecified
+                boxes[1, 4:8] = boxes[0, 4:8] + np.array([0.125, 0.0, 0.125, 0.0])
+                scores[1, 1] = scores[0, 1]
+            thr = 0.0
+            if mode:
+                pass
+            elif edge == "empty_image":
+                # every score of the first image below the threshold (an empty output for the
+                # whole model is not a request the HAL can express: zero-length outputs)
+                scores[:sizes[0]] *= 0.25
+                thr = _threshold_between(s, scores[sizes[0]:, 1:].reshape(-1), 0.25, 0.6)
+                if thr < float(scores[:sizes[0]].max()) + 0.03:
+                    return False
+            else:
+                thr = _threshold_between(s, scores[:, 1:].reshape(-1), 0.05, 0.4) if s.draw.bool(0.6) else 0.0
+            params["sigma"] = _scalar_value(s, "sigma", s.draw.float(0.3, 1.0))
+            if not mode:
+                params["score_threshold"] = _scalar_value(s, "score_threshold", thr)
+                params["iou_threshold"] = _scalar_value(s, "iou_threshold", s.draw.float(0.2, 0.7))
+                nms_thr = s.draw.float(0.02, 0.2) if kind else s.draw.float(0.02, 0.04)
+                params["nms_score_threshold"] = _scalar_value(s, "nms_score_threshold", nms_thr)
+            m = _Margins()
+            judged = scores.copy()
+            if edge == "ties":
+                judged[1, 1] += 0.05  # the margins of the draw without the tie
+            out = bwn_reference(judged, boxes, batches, params, 1, m)
+            if not m.ok():
+                return False
+            if edge == "empty_image" and (out[3] == batches[0]).any():
+                return False
+            if edge == "ties" and not scores[0, 1] > params["score_threshold"]:
+                return False
+            s.tensor("scores", scores.shape, scores if stored is None else stored, scale=sscale or None,
+                     zero_point=szp if t.is_quant else None)
+            s.tensor("boxes", boxes.shape, boxes, scale=0.125 if bt.is_quant else None,
+                     zero_point=0 if bt.is_quant else None)
+            s.tensor("batches", (r,), batches.astype(np.int32))
+            return True
+
+        _draw_until("BOX_WITH_NMS_LIMIT", attempt)
+        for k, v in params.items():
+            s.scalar(k, v)
+
+    return sample
+
+
+_BWN_SCALAR = scalar_of("T")
+_BWN_SIG = Signature(
+    inputs=(Arg("scores", ranks=(2,)), Arg("boxes", var("B"), ranks=(2,), quant=_BOX_QUANT),
+            Arg("batches", T.TENSOR_INT32, ranks=(1,)), Arg("score_threshold", _BWN_SCALAR),
+            Arg("max_detections", T.INT32), Arg("nms_kernel", T.INT32), Arg("iou_threshold", _BWN_SCALAR),
+            Arg("sigma", _BWN_SCALAR), Arg("nms_score_threshold", _BWN_SCALAR)),
+    outputs=(Arg("scores_out", quant=same_as("scores")), Arg("boxes_out", var("B"), quant=_BOX_QUANT),
+             Arg("classes_out", T.TENSOR_INT32), Arg("batches_out", T.TENSOR_INT32)))
+
+BOX_WITH_NMS_LIMIT = OpRecord(
+    Op.BOX_WITH_NMS_LIMIT, (_BWN_SIG,),
+    (*variants(V.V1_2, _F32, _F16), variant(V.V1_2, T=_Q8, B=_Q16A), variant(V.V1_3, T=_Q8S, B=_Q16A)),
+    lambda ctx: _bwn_run(ctx), _bwn_shape, _bwn_sampler(), criterion="relaxed",
+    compare=_per_batch("BOX_WITH_NMS_LIMIT", 3, 0, 1, 2), graphs=_GRAPHS,
+    edges=(
+           _edge("empty_image", "every score of one image below score_threshold: it contributes no box",
+                 _bwn_sampler("empty_image")),
+           _edge("max_detections_1", "max_detections 1: one box per image",
+                 _bwn_sampler("max_detections_1")),
+           _edge("ties", "two identical boxes of a class with the same score under hard NMS: either "
+                         "may be the one kept", _bwn_sampler("ties"))),
+    doc="Per-class hard / linear / gaussian NMS of scored boxes, per batch, with score "
+        "thresholds and a detection limit.")
+
+
+# ---------------------------------------------------------------------------------------
+# GENERATE_PROPOSALS
+
+
+def _gp_params(ctx: OpContext) -> dict[str, Any]:
+    p = {k: _v(ctx, k) for k in ("height_stride", "width_stride", "pre_nms_max", "post_nms_max",
+                                   "iou_threshold", "min_size")}
+    if not (p["height_stride"] > 0 and p["width_stride"] > 0):
+        raise ShapeError(f"height_stride {p['height_stride']:g} and width_stride {p['width_stride']:g} "
+                         f"must be positive")
+    if not p["iou_threshold"] > 0:
+        raise ShapeError(f"iou_threshold {p['iou_threshold']:g} must be positive")
+    if not p["min_size"] >= 0:
+        raise ShapeError(f"min_size {p['min_size']:g} must not be negative")
+    return p
+
+
+def gp_reference(scores: np.ndarray, deltas: np.ndarray, anchors: np.ndarray, info: np.ndarray,
+                 p: dict[str, Any], tie: int = 1, m: _Margins | None = None) -> list[np.ndarray]:
+    """GENERATE_PROPOSALS on real NHWC arrays: (scores, boxes, batch indices)."""
+    b_n, h_n, w_n, _ = scores.shape
+    ys, xs = np.arange(h_n) * p["height_stride"], np.arange(w_n) * p["width_stride"]
+    shift = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None], xs[None, :], ys[:, None]), axis=-1)
+    base = (shift[:, :, None, :] + anchors[None, None, :, :]).reshape(-1, 4)
+    pre = p["pre_nms_max"]
+    post = p["post_nms_max"] if p["post_nms_max"] > 0 else None
+    out: list[tuple[float, np.ndarray, int]] = []
+    for b in range(b_n):
+        flat = scores[b].reshape(-1).copy()
+        ih, iw = info[b]
+        boxes = _clip(decode(base, deltas[b].reshape(-1, 4)), ih, iw)
+        cand = list(range(flat.size))
+        if 0 < pre < flat.size:
+            cand = _by_score(cand, flat, tie, m, pre)
+        kept = []
+        for i in cand:
+            x1, y1, x2, y2 = boxes[i]
+            w, h, xc, yc = x2 - x1, y2 - y1, x1 + (x2 - x1) / 2, y1 + (y2 - y1) / 2
+            if m is not None:  # the centre test decides only for boxes large enough
+                big = w > p["min_size"] and h > p["min_size"]
+                checks = [(w, p["min_size"]), (h, p["min_size"])] + ([(xc, iw), (yc, ih)] if big else [])
+                for v, edge_ in checks:
+                    m.sizes(v, edge_)
+            if w > p["min_size"] and h > p["min_size"] and xc < iw and yc < ih:
+                kept.append(i)
+        for i in nms(flat, lambda i, bx=boxes: bx[i], kept, p["iou_threshold"], post, tie=tie, m=m):
+            out.append((flat[i], boxes[i], b))
+    n = len(out)
+    return [np.array([o[0] for o in out], dtype=np.float64).reshape(n),
+            np.array([o[1] for o in out], dtype=np.float64).reshape(n, 4),
+            np.array([o[2] for o in out], dtype=np.int32).reshape(n)]
+
+
+def _gp_run(ctx: OpContext, tie: int = 1) -> list[np.ndarray]:
+    return gp_reference(_v(ctx, "scores"), _v(ctx, "deltas"), _v(ctx, "anchors"),
+                        _v(ctx, "image_info"), _gp_params(ctx), tie)
+
+
+def _gp_shape(ctx: OpContext) -> list[tuple[int, ...]]:
+    b, h, w, a = ctx.dims("scores")
+    if ctx.dims("deltas") != (b, h, w, 4 * a):
+        raise ShapeError(f"deltas {list(ctx.dims('deltas'))} must be {[b, h, w, 4 * a]} (NHWC) for "
+                         f"scores {[b, h, w, a]}")
+    if ctx.dims("anchors") != (a, 4):
+        raise ShapeError(f"anchors {list(ctx.dims('anchors'))} must be [{a}, 4]")
+    if ctx.dims("image_info") != (b, 2):
+        raise ShapeError(f"image_info {list(ctx.dims('image_info'))} must be [{b}, 2]")
+    _gp_params(ctx)
+    n = _gp_run(ctx)[0].shape[0]
+    return [(n,), (n, 4), (n,)]
+
+
+def _gp_sampler(edge: str = ""):
+    def sample(s: SampleContext) -> None:
+        t, at = s.type("scores"), s.type("anchors")
+        b = 2 if edge == "empty_image" else s.draw.int(1, 2)
+        h, w, a = s.draw.int(1, 2), s.draw.int(1, 3), s.draw.int(1, 3)
+        n = h * w * a
+        hs, ws = float(s.draw.choice((1.0, 2.0))), float(s.draw.choice((1.0, 2.0)))
+        sscale, szp = _score_quant(s, t)
+        dscale, dzp = _delta_quant(t)
+        params: dict[str, Any] = {
+            "height_stride": _scalar_value(s, "height_stride", hs),
+            "width_stride": _scalar_value(s, "width_stride", ws),
+            "pre_nms_max": s.draw.choice((0, -1, s.draw.int(1, n))),
+            "post_nms_max": 1 if edge == "post_nms_1" else s.draw.choice((0, s.draw.int(1, n)))}
+
+        mode = _quant_mode(s)
+
+        def attempt() -> bool:
+            nonlocal szp, dzp
+            raw, _ = _grid_scores(s, b * n, 0.05, 0.95)
+            scores = _stored(raw.reshape(b, h, w, a), t, sscale, szp)
+            stored_scores = stored_deltas = None
+            half = s.draw.array((a, 2), 0.5, 2.0)
+            ctr = s.draw.array((a, 2), 0.0, 1.5) + (8.0 if mode else 0.0)
+            anchors = _stored(np.concatenate([ctr - half, ctr + half], axis=1), at, 0.125)
+            lo, hi = (0.0, 0.4) if mode == "min" else (-0.4, 0.0) if mode == "max" else (-0.4, 0.4)
+            if mode in ("min", "max"):
+                dzp = t.quant_range[0 if mode == "min" else 1]
+            deltas = _stored(s.draw.array((b, h, w, 4 * a), lo, hi), t, dscale, dzp)
+            info = np.array([[h * hs + s.draw.int(1, 3), w * ws + s.draw.int(1, 3)] for _ in range(b)], float)
+            if mode:
+                # far from every filter: no clipping, min_size 0, no suppression (IoU threshold 1);
+                # the edge's scales then move nothing that decides
+                stored_scores, szp = _raw_scores(s, t, b * n, mode, sscale, szp)
+                stored_scores = stored_scores.reshape(b, h, w, a)
+                scores = (stored_scores.astype(np.float64) - szp) * sscale
+                stored_deltas = np.round(deltas / dscale + dzp).astype(dtype_of(t))
+                if mode == "scale":
+                    deltas = np.zeros_like(deltas)
+                info[:] = 64.0
+            if edge == "empty_image":  # the first image a corner: every proposal clipped below min_size
+                info[0] = (0.125, 0.125)
+            iou_thr = 1.0 if mode else s.draw.float(0.2, 0.7)
+            params["iou_threshold"] = _scalar_value(s, "iou_threshold", iou_thr)
+            size = 0.0 if mode else s.draw.float(0.25 if edge == "empty_image" else 0.0, 0.5)
+            params["min_size"] = _scalar_value(s, "min_size", size)
+            m = _Margins()
+            out = gp_reference(scores, deltas, anchors, info, params, 1, m)
+            if not (m.ok(iou=0.1, size=0.3) if mode == "scale" else m.ok(size=0.06)):
+                return False
+            if edge == "empty_image" and ((out[2] == 0).any() or not out[2].size):
+                return False
+            qs = dict(scale=sscale or None, zero_point=szp if t.is_quant else None)
+            s.tensor("scores", scores.shape, scores if stored_scores is None else stored_scores, **qs)
+            s.tensor("deltas", deltas.shape, deltas if stored_deltas is None else stored_deltas,
+                     scale=dscale if t.is_quant else None,
+                     zero_point=dzp if t.is_quant else None)
+            s.tensor("anchors", anchors.shape, anchors, scale=0.125 if at.is_quant else None,
+                     zero_point=0 if at.is_quant else None)
+            s.tensor("image_info", info.shape, info, scale=0.125 if at.is_quant else None,
+                     zero_point=0 if at.is_quant else None)
+            return True
+
+        _draw_until("GENERATE_PROPOSALS", attempt)
+        s.scalar("layout", False)  # NHWC here; the case builder sets NCHW cases
+        for k, v in params.items():
+            s.scalar(k, v)
+
+    return sample
+
+
+def _gp_info_type(b: dict[str, T]) -> T:
+    return _Q16A if b["T"].is_quant else b["T"]
+
+
+def _gp_anchor_type(b: dict[str, T]) -> T:
+    return _Q16S if b["T"].is_quant else b["T"]
+
+
+_GP_SCALAR = scalar_of("T")
+_GP_SIG = Signature(
+    inputs=(Arg("scores", ranks=(4,)), Arg("deltas", ranks=(4,)),
+            Arg("anchors", _gp_anchor_type, ranks=(2,), quant=_BOX_QUANT),
+            Arg("image_info", _gp_info_type, ranks=(2,), quant=_BOX_QUANT),
+            Arg("height_stride", _GP_SCALAR), Arg("width_stride", _GP_SCALAR),
+            Arg("pre_nms_max", T.INT32), Arg("post_nms_max", T.INT32), Arg("iou_threshold", _GP_SCALAR),
+            Arg("min_size", _GP_SCALAR), Arg("layout", T.BOOL)),
+    outputs=(Arg("scores_out", quant=same_as("scores")), Arg("boxes_out", _gp_info_type, quant=_BOX_QUANT),
+             Arg("batches_out", T.TENSOR_INT32)))
+
+GENERATE_PROPOSALS = OpRecord(
+    Op.GENERATE_PROPOSALS, (_GP_SIG,), (*variants(V.V1_2, _F32, _F16, _Q8), *variants(V.V1_3, _Q8S)),
+    lambda ctx: _gp_run(ctx), _gp_shape, _gp_sampler(), criterion="relaxed", layout="layout",
+    layout_inputs=("scores", "deltas"), layout_outputs=(),
+    compare=_per_batch("GENERATE_PROPOSALS", 2, 0, 1, None), graphs=_GRAPHS,
+    edges=(
+           _edge("empty_image", "one image of 0.125 x 0.125: every proposal of it clipped below "
+                                "min_size, it contributes none", _gp_sampler("empty_image")),
+           _edge("post_nms_1", "post_nms_max 1: one proposal per image", _gp_sampler("post_nms_1"))),
+    doc="Anchors tiled over the feature map, moved by deltas, clipped, filtered by min_size, "
+        "then hard NMS per image.")
+
+
+RECORDS: list[OpRecord] = [AXIS_ALIGNED_BBOX_TRANSFORM, BOX_WITH_NMS_LIMIT, DETECTION_POSTPROCESSING,
+                           GENERATE_PROPOSALS]
