@@ -17,6 +17,7 @@ from nncert.hal.types import OperationType as Op
 from nncert.mlts.tflite_graph import I32, Graph, Node, Spec, Unmapped, tensor_dims
 from nncert.ops import add_family_mappings
 from nncert.ops.base import to_real
+from nncert.ops.layers import SPLIT_COUNTS
 from nncert.ops.window import PADDING_SAME, PADDING_VALID, implicit_padding
 
 
@@ -189,9 +190,22 @@ def _fully_connected(n: Node) -> None:
     n.bind(0, y if g.dims(y) == want else g.reshape(y, want))
 
 
+_BATCH_MATMUL_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
 def _batch_matmul(n: Node) -> None:
-    """x @ rhs with a constant rhs: FULLY_CONNECTED (weights rhs transposed) on x's rows."""
+    """NNAPI's BATCH_MATMUL where its rules allow (operands of one type, per-tensor
+    quantisation, equal ranks and batch dimensions: NNAPI does not broadcast them); else,
+    with a constant rhs, FULLY_CONNECTED (weights rhs transposed) on x's rows."""
     g = n.g
+    a, b = n.x(0), n.x(1)
+    sa, sb = g.spec(a), g.spec(b)
+    da, db = g.dims(a), g.dims(b)
+    if sa.type is sb.type and sa.type in _BATCH_MATMUL_TYPES and sb.channel_quant is None \
+            and len(da) == len(db) and 2 <= len(da) <= 4 and da[:-2] == db[:-2]:
+        n.emit(Op.BATCH_MATMUL, [a, b, g.flag(bool(n.opt("adjX", False))),
+                                 g.flag(bool(n.opt("adjY", False)))])
+        return
     rhs = n.value(1)
     if rhs is None:
         raise Unmapped("a non-constant right-hand side")
@@ -457,7 +471,14 @@ def _split(n: Node) -> None:
     total = n.g.dims(x)[axis % len(n.g.dims(x))]
     if total % parts:
         raise Unmapped(f"{total} does not split into {parts} parts")
-    _slices(n, x, axis, [total // parts] * parts)
+    if n.g.is_const(x) or parts not in SPLIT_COUNTS:
+        # Weights are split at import; the catalogue describes SPLIT into 1..4 parts only.
+        _slices(n, x, axis, [total // parts] * parts)
+        return
+    outs = n.g.op(Op.SPLIT, [x, n.g.i32(axis), n.g.i32(parts)], [n.out_spec(k) for k in range(parts)],
+                  reinterpret=True)
+    for k, y in enumerate(outs):
+        n.bind(k, y)
 
 
 def _split_v(n: Node) -> None:
@@ -471,10 +492,15 @@ def _split_v(n: Node) -> None:
 
 
 def _pack(n: Node) -> None:
+    """NNAPI's PACK where its inputs share the output's quantisation; else EXPAND_DIMS and
+    CONCATENATION, which requantises."""
     g = n.g
     axis = int(n.opt("axis", 0))
     ins = [n.x(k) for k in range(len(n.inputs))]
     rank = len(g.dims(ins[0])) + 1
+    if all(g.spec(x) == n.out_spec() for x in ins):
+        n.emit(Op.PACK, [g.i32(axis % rank), *ins])
+        return
     expanded = [g.op(Op.EXPAND_DIMS, [x, g.i32(axis % rank)], [g.spec(x)])[0] for x in ins]
     if len(expanded) == 1:
         n.bind(0, g.reshape(expanded[0], g.dims(expanded[0]), n.out_spec()))
