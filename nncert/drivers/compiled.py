@@ -257,6 +257,11 @@ class CompiledDriver(Driver):
                 return None  # decided when it runs, with actual shapes
             try:
                 single = specialize_shapes(single, [sg.operands[i].dimensions for i in sg.input_indexes])
+            except ShapeUnknown as e:
+                # An output shape that follows from an input's *value* (FILL's dims given as a
+                # model input): every execution would fail, since this driver compiles per
+                # input shapes. Declined, rather than claimed and failed (DRV-2).
+                return f"{e}; {self.name} compiles for shapes known before it runs"
             except Exception:
                 return None  # not decidable before it runs: compiled (and judged) then
         key = _probe_key(single)

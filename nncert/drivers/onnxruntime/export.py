@@ -951,6 +951,8 @@ def _info(g: Graph, i: int, name: str | None = None, dims: Any = _MISSING) -> An
     from onnx import helper
 
     o = g.sg.operands[i]
+    if o.type is T.INT32 and dims is _MISSING:  # RANK's scalar output: a rank-0 int32 tensor
+        return helper.make_tensor_value_info(name or g.name(i), _tensor_proto_type(np.int32), [])
     if not o.type.is_tensor:
         raise Unmappable(f"operand {i} ({o.type.name}): scalar model inputs and outputs are not mapped")
     if dims is _MISSING:
