@@ -10,6 +10,12 @@ A classifier also gets top-1 / top-5 accuracy against the labels (driver and bas
 the driver's top-1 agreement with the baseline (reported, not judged: a driver as accurate
 as the baseline may still pick differently where both are unsure); the driver fails when its
 accuracy is below the baseline's by more than ``margin``.
+
+A model whose outputs are rows up to a count (DETECTION_POSTPROCESSING: scores, boxes and
+classes, then the number of detections) is compared on the valid rows only (``valid_rows``):
+what lies past the count is unspecified (LiteRT leaves there whatever its arena held). Its
+integer outputs, the count and the classes, must then equal the baseline's (``exact``); its
+scores and boxes are float outputs like any other.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nncert.hal.model import Operand
+from nncert.hal.types import OperandType
 from nncert.ops.base import dequantize
 from nncert.testing.criteria import GRAPH_CRITERIA, compare_graph
 
@@ -48,6 +55,8 @@ class OutputStats:
     max_steps: int = 0  # the largest difference in quantisation steps (quantised outputs)
     over_steps: int = 0  # elements beyond the allowance
     float_failure: str | None = None  # the first sample's ACC-5 failure of a float output
+    exact: bool = False  # every element must equal the baseline's (a detection's count and classes)
+    mismatches: int = 0  # elements of an exact output that differ
 
     def add(self, baseline: np.ndarray, driver: np.ndarray) -> None:
         b, d = np.asarray(baseline), np.asarray(driver)
@@ -64,7 +73,9 @@ class OutputStats:
         self.abs_sum += float(np.abs(err).sum())
         self.sq_sum += float((err ** 2).sum())
         self.max_abs = max(self.max_abs, float(np.abs(err).max(initial=0.0)))
-        if self.operand.type.is_quant:
+        if self.exact:
+            self.mismatches += int(np.count_nonzero(b.astype(np.float64) != d.astype(np.float64)))
+        elif self.operand.type.is_quant:
             diff = np.abs(d.astype(np.int64) - b.astype(np.int64))
             self.max_steps = max(self.max_steps, int(diff.max(initial=0)))
             self.over_steps += int((diff > self.steps).sum())
@@ -82,6 +93,9 @@ class OutputStats:
         return self.sq_sum / self.n if self.n else 0.0
 
     def failure(self) -> str | None:
+        if self.exact:
+            return (f"output {self.index}: {self.mismatches} of {self.n} values differ from the baseline's "
+                    "(it must match exactly)") if self.mismatches else None
         if self.operand.type.is_quant:
             if self.over_steps:
                 return (f"output {self.index}: {self.over_steps} elements more than {self.steps} "
@@ -135,6 +149,27 @@ class ClassStats:
         return None
 
 
+def valid_rows(baseline: Sequence[np.ndarray], driver: Sequence[np.ndarray],
+               count_output: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The outputs with only their valid rows: output ``count_output`` holds, per batch, how
+    many rows (axis 1) of each other output are valid; the rows past it are dropped, batch by
+    batch (the fewer of the two counts where baseline and driver differ: the count output
+    then fails on its own). The count output is kept whole."""
+    counts_b = np.ravel(baseline[count_output]).astype(np.int64)
+    counts_d = np.ravel(driver[count_output]).astype(np.int64)
+    out_b, out_d = list(baseline), list(driver)
+    if counts_b.shape != counts_d.shape:
+        return out_b, out_d  # a shape mismatch: the count output fails on it
+    for k, (b, d) in enumerate(zip(baseline, driver, strict=True)):
+        b, d = np.asarray(b), np.asarray(d)
+        if k == count_output or b.ndim < 2 or b.shape != d.shape or b.shape[0] != len(counts_b):
+            continue  # not rows per batch (a shape mismatch fails in OutputStats.add)
+        keep = [int(np.clip(min(nb, nd), 0, b.shape[1])) for nb, nd in zip(counts_b, counts_d, strict=True)]
+        out_b[k] = np.concatenate([b[i, :n] for i, n in enumerate(keep)])
+        out_d[k] = np.concatenate([d[i, :n] for i, n in enumerate(keep)])
+    return out_b, out_d
+
+
 def mark(driver: float | None, baseline: float | None, margin: float, higher_is_better: bool = True) -> str:
     """same / better / worse of a driver's figure against the baseline's, within ``margin``."""
     if driver is None or baseline is None:
@@ -143,5 +178,8 @@ def mark(driver: float | None, baseline: float | None, margin: float, higher_is_
     return "better" if delta > margin else "worse" if delta < -margin else "same"
 
 
-def output_stats(operands: Sequence[Operand], steps: int) -> list[OutputStats]:
-    return [OutputStats(i, o, steps) for i, o in enumerate(operands)]
+def output_stats(operands: Sequence[Operand], steps: int, exact_integers: bool = False) -> list[OutputStats]:
+    """Per output, its statistics; ``exact_integers``: TENSOR_INT32 outputs must match exactly
+    (a detection model's count and classes)."""
+    return [OutputStats(i, o, steps, exact=exact_integers and o.type is OperandType.TENSOR_INT32)
+            for i, o in enumerate(operands)]

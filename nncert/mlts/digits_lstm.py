@@ -49,19 +49,21 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def _forward(params: list[np.ndarray], x: np.ndarray) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
-    """Logits of ``x`` (N, STEPS, FEATURES), and per step what BPTT needs: (x_t, h_prev,
-    c_prev, i, f, g, o, tanh(c))."""
+    """Logits of ``x`` (N, STEPS, FEATURES), and per step what BPTT needs: (h_prev, c_prev,
+    i, f, g, o, tanh(c))."""
     wx, wh, b, w, bw = params
     n = len(x)
+    zx = (x.reshape(n * STEPS, FEATURES) @ wx).reshape(n, STEPS, 4 * UNITS) + b  # every step at once
     h, c = np.zeros((n, UNITS)), np.zeros((n, UNITS))
     tape = []
     for t in range(STEPS):
-        z = x[:, t] @ wx + h @ wh + b
-        i, f, o = _sigmoid(z[:, :UNITS]), _sigmoid(z[:, UNITS:2 * UNITS]), _sigmoid(z[:, 3 * UNITS:])
+        z = zx[:, t] + h @ wh
+        s = _sigmoid(z)
+        i, f, o = s[:, :UNITS], s[:, UNITS:2 * UNITS], s[:, 3 * UNITS:]
         g = np.tanh(z[:, 2 * UNITS:3 * UNITS])
         c_new = f * c + i * g
         tc = np.tanh(c_new)
-        tape.append((x[:, t], h, c, i, f, g, o, tc))
+        tape.append((h, c, i, f, g, o, tc))
         h, c = o * tc, c_new
     return h @ w + bw, tape
 
@@ -98,19 +100,21 @@ def trained_params(epochs: int = EPOCHS, seed: int = SEED) -> tuple[np.ndarray, 
         wx, wh, _, w, _ = params
         logits, tape = _forward(params, x)
         _, d_logits = softmax_xent(logits, onehot)
-        h_last = tape[-1][6] * tape[-1][7]
-        d_wx, d_wh, d_b = np.zeros_like(wx), np.zeros_like(wh), np.zeros(4 * UNITS)
+        h_last = tape[-1][5] * tape[-1][6]
+        dz = np.empty((len(x), STEPS, 4 * UNITS))
         dh, dc = d_logits @ w.T, np.zeros((len(x), UNITS))
-        for x_t, h_prev, c_prev, i, f, g, o, tc in reversed(tape):
+        d_wh = np.zeros_like(wh)
+        for t in reversed(range(STEPS)):
+            h_prev, c_prev, i, f, g, o, tc = tape[t]
             dc = dc + dh * o * (1.0 - tc * tc)
-            dz = np.concatenate([dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f),
-                                 dc * i * (1.0 - g * g), dh * tc * o * (1.0 - o)], axis=1)
-            d_wx += x_t.T @ dz
-            d_wh += h_prev.T @ dz
-            d_b += dz.sum(axis=0)
-            dh, dc = dz @ wh.T, dc * f
-        return [d_wx + WEIGHT_DECAY * wx, d_wh + WEIGHT_DECAY * wh, d_b,
-                h_last.T @ d_logits + WEIGHT_DECAY * w, d_logits.sum(axis=0)]
+            dz_t = np.concatenate([dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f),
+                                   dc * i * (1.0 - g * g), dh * tc * o * (1.0 - o)], axis=1)
+            dz[:, t] = dz_t
+            d_wh += h_prev.T @ dz_t
+            dh, dc = dz_t @ wh.T, dc * f
+        flat = dz.reshape(-1, 4 * UNITS)
+        return [x.reshape(-1, FEATURES).T @ flat + WEIGHT_DECAY * wx, d_wh + WEIGHT_DECAY * wh,
+                flat.sum(axis=0), h_last.T @ d_logits + WEIGHT_DECAY * w, d_logits.sum(axis=0)]
 
     return frozen(*adam(params, gradients, epochs, LEARNING_RATE))
 

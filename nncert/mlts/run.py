@@ -245,7 +245,7 @@ def evaluate(entry: ZooModel, built: Built, driver: Driver, driver_name: str, sa
 
     baseline = fresh_baseline()
     n_outputs = len(baseline.outputs)  # the model's own (a streaming model's state comes after)
-    result.outputs = accuracy.output_stats(out_ops[:n_outputs], entry.steps)
+    result.outputs = accuracy.output_stats(out_ops[:n_outputs], entry.steps, entry.count_output is not None)
     result.classes = accuracy.ClassStats() if entry.task == "classification" else None
     states = []  # a streaming model's state variables: read from the .tflite once, not per sample
     if entry.streaming:
@@ -259,6 +259,8 @@ def evaluate(entry: ZooModel, built: Built, driver: Driver, driver_name: str, sa
         try:
             for inputs, expected, got in _executions(entry, states, ours, in_ops, sample, baseline):
                 first = first or inputs
+                if entry.count_output is not None:  # rows past the count are unspecified
+                    expected, got = accuracy.valid_rows(expected, got, entry.count_output)
                 for stats, b, d in zip(result.outputs, expected, got, strict=False):
                     stats.add(b, d)
                 if result.classes is not None:

