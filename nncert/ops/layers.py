@@ -196,6 +196,11 @@ INSTANCE_NORMALIZATION = OpRecord(
 # POW
 
 
+def _pow_kernel(ctx: OpContext) -> list[np.ndarray]:
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf and NaN as C's pow
+        return [np.power(ctx.value("base"), ctx.value("exponent"))]
+
+
 def _pow_sample(s: SampleContext) -> None:
     dims0, dims1 = broadcast_pair_dims(s)
     s.tensor("base", dims0)
@@ -225,7 +230,7 @@ POW = OpRecord(
     (Signature((Arg("base", ranks=_FROM_1, domain="positive"), Arg("exponent", ranks=_FROM_1)),
                (Arg("output", ranks=_FROM_1),)),),
     _vs({Version.V1_2: (_F16, _F32)}),
-    lambda ctx: [np.power(ctx.value("base"), ctx.value("exponent"))],
+    _pow_kernel,
     lambda ctx: [broadcast_shape(ctx.dims("base"), ctx.dims("exponent"))], _pow_sample,
     criterion="relaxed",
     edges=(*edges.BROADCAST,
