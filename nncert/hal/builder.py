@@ -64,8 +64,11 @@ class ModelBuilder:
         return idx
 
     def no_value(self, type_: OperandType) -> int:
-        """An omitted optional input (lifetime NO_VALUE)."""
-        idx = self.operand(type_)
+        """An omitted optional input (lifetime NO_VALUE). Its type is validated like any
+        operand's, so a quantised type (an omitted QUANTIZED_LSTM peephole) has scale 1."""
+        quant = type_.is_quant and type_ not in (OperandType.TENSOR_INT32,
+                                                 OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+        idx = self.operand(type_, scale=1.0 if quant else 0.0)
         self._no_value.add(idx)
         return idx
 

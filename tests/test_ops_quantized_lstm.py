@@ -1,0 +1,352 @@
+"""Kernel tests of QUANTIZED_16BIT_LSTM and QUANTIZED_LSTM: the fixed-point primitives against
+values worked out by hand from their definitions, and whole cells against Android CTS's
+examples (data, not code: the spec files' inputs and goldens)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nncert.hal.model import Operand, dtype_of
+from nncert.hal.types import OperandType as T
+from nncert.ops import quantized_lstm as q
+from nncert.ops.base import ShapeError
+from nncert.ops.evaluate import evaluate
+
+
+def test_rounding_divide_by_pot_rounds_half_away_from_zero():
+    assert q.rdbpot([5, 6, 7, -5, -6, -7, 4, -4], 2).tolist() == [1, 2, 2, -1, -2, -2, 1, -1]
+    assert q.rdbpot(np.array([2, -2]), 2).tolist() == [1, -1]  # 0.5 -> 1, -0.5 -> -1
+
+
+def test_srdhm_int16_and_its_one_overflow():
+    # 0.5 * 0.5 in Q0.15 = 0.25; -32768 * -32768 saturates to 32767
+    assert q.srdhm(16384, 16384, 16).item() == 8192
+    assert q.srdhm(-32768, -32768, 16).item() == 32767
+    # 3 * 5 * 2 / 65536 rounds to 0; 181 * 181 = 32761 -> (32761 + 16384) // 32768 = 1
+    assert q.srdhm(3, 5, 16).item() == 0
+    assert q.srdhm(181, 181, 16).item() == 1
+    assert q.srdhm(-181, 181, 16).item() == -1
+
+
+def test_quantize_multiplier_and_multiply():
+    assert q.quantize_multiplier(0.5) == (1 << 30, 0)
+    assert q.quantize_multiplier(0.75) == (3 << 29, 0)
+    assert q.quantize_multiplier(3.0) == (3 << 29, 2)
+    # x * 0.75 = 75 for 100; 0.5 * 7 = 3.5 -> 4, but -3.5 -> -3: the doubling high multiply's
+    # nudge for a negative product is 1 - 2^30, just under a half
+    assert q.mul_by_multiplier(100, 3 << 29, 0).item() == 75
+    assert q.mul_by_multiplier(np.array([7, -7]), 1 << 30, 0).tolist() == [4, -3]
+    assert q.mul_by_multiplier(10, 3 << 29, 2).item() == 30
+
+
+def test_saturating_shift_left():
+    assert q.sat_mul_pot([1000, 8191, 8192, -8192, -8193], 2, 16).tolist() == [
+        4000,
+        32764,
+        32767,
+        -32768,
+        -32768,
+    ]
+
+
+def test_logistic_and_tanh_fixed_points():
+    # logistic(0) = 1/2 exactly (16384 in Q0.15), tanh(0) = 0, odd and complementary symmetry
+    assert q.logistic(0, 3).item() == 16384
+    assert q.tanh(0, 3).item() == 0
+    a = np.array([4096, 12288, -4096, 32767])  # 1, 3, -1, ~8 in Q3.12
+    lg = q.logistic(a, 3)
+    assert lg[0] + lg[2] == 32767  # logistic(-x) = 1 - logistic(x) on the raw scale
+    assert np.all(np.abs(lg / 32768 - 1 / (1 + np.exp(-a / 4096))) < 2e-4)
+    th = q.tanh(a, 3)
+    assert th[0] == -th[2]
+    assert np.all(np.abs(th / 32768 - np.tanh(a / 4096)) < 4e-4)
+
+
+def test_inverse_square_root_multiplier():
+    for v in (4, 100, 12345, 1 << 28):
+        m, s = q.inv_sqrt_multiplier(v)
+        assert abs(m * 2.0 ** (s - 31) * np.sqrt(v) - 1) < 1e-6
+    assert q.inv_sqrt_multiplier(1) == ((1 << 31) - 1, 0)
+
+
+def test_layer_norm_of_constant_row_is_its_bias():
+    # zero variance: the guard value; every normalised value is 0, so the output is the bias
+    # term alone: round(bias / 1024) * scale * 2^12 -> 2048 * (2^-15 * 2^12) = 256
+    out = q.layer_norm(
+        np.array([[7, 7, 7, 7]], np.int64), np.full(4, 1000), np.full(4, 2048 * 1024), 2.0**-15
+    )
+    assert out.tolist() == [[256, 256, 256, 256]]
+
+
+def _run(record, sig, bindings, vals, quants, dims, scalars):
+    ins, raw = [], []
+    for a in sig.inputs:
+        t = a.resolve(bindings)
+        if a.name in scalars:
+            ins.append(Operand(t))
+            raw.append(np.asarray(scalars[a.name], dtype=dtype_of(t)))
+            continue
+        v = vals.get(a.name)
+        if v is None:
+            ins.append(None)
+            raw.append(None)
+            continue
+        ins.append(Operand(t, dims[a.name], *quants[a.name]))
+        raw.append(np.asarray(v, dtype=dtype_of(t)).reshape(dims[a.name]))
+    outs = [Operand(a.resolve(bindings), dims[a.name], *quants[a.name]) for a in sig.outputs]
+    return evaluate(record, ins, raw, outs)
+
+
+def test_quantized_16bit_lstm_matches_cts_example():
+    """CTS quantized_lstm (batch 2, input 2, output 4): holds only with Android's concatenated
+    product ([input, prev_output] x [recurrent | input weights])."""
+    w = {
+        "input_to_input": [146, 250, 235, 171, 10, 218, 171, 108],
+        "input_to_forget": [24, 50, 132, 179, 158, 110, 3, 169],
+        "input_to_cell": [133, 34, 29, 49, 206, 109, 54, 183],
+        "input_to_output": [195, 187, 11, 99, 109, 10, 218, 48],
+        "recurrent_to_input": [254, 206, 77, 168, 71, 20, 215, 6, 223, 7, 118, 225, 59, 130, 174, 26],
+        "recurrent_to_forget": [137, 240, 103, 52, 68, 51, 237, 112, 0, 220, 89, 23, 69, 4, 207, 253],
+        "recurrent_to_cell": [172, 60, 205, 65, 14, 0, 140, 168, 240, 223, 133, 56, 142, 64, 246, 216],
+        "recurrent_to_output": [106, 214, 67, 23, 59, 158, 45, 3, 119, 132, 49, 205, 129, 218, 11, 98],
+    }
+    vals = {f"{k}_weights": v for k, v in w.items()}
+    vals.update(
+        input_gate_bias=[-7876, 13488, -726, 32839],
+        forget_gate_bias=[9206, -46884, -11693, -38724],
+        cell_gate_bias=[39481, 48624, 48976, -21419],
+        output_gate_bias=[-58999, -17050, -41852, -40538],
+        input=[166, 179, 50, 150],
+        prev_cell_state=[876, 1034, 955, -909, 761, 1029, 796, -1036],
+        prev_output=[136, 150, 140, 115, 135, 152, 138, 112],
+    )
+    ws = 0.00408021
+    quants = {f"{k}_weights": (ws, 100) for k in w}
+    quants.update({f"{g}_gate_bias": (ws / 128, 0) for g in q._GATES})
+    quants.update(
+        input=(1 / 128, 128),
+        prev_output=(1 / 128, 128),
+        output=(1 / 128, 128),
+        prev_cell_state=(2.0**-11, 0),
+        cell_state_out=(2.0**-11, 0),
+    )
+    dims = {f"input_to_{g}_weights": (4, 2) for g in q._GATES}
+    dims.update({f"recurrent_to_{g}_weights": (4, 4) for g in q._GATES})
+    dims.update({f"{g}_gate_bias": (4,) for g in q._GATES})
+    dims.update(
+        input=(2, 2), prev_cell_state=(2, 4), prev_output=(2, 4), cell_state_out=(2, 4), output=(2, 4)
+    )
+    cell, out = _run(q._Q16_RECORD, q._Q16_LSTM, {"T": T.TENSOR_QUANT8_ASYMM}, vals, quants, dims, {})
+    assert cell.ravel().tolist() == [1485, 1177, 1373, -1023, 1019, 1355, 1097, -1235]
+    assert out.ravel().tolist() == [140, 151, 146, 112, 136, 156, 142, 112]
+
+
+_QLSTM_COMMON = dict(
+    input_to_forget_weights=[
+        -77,
+        -13,
+        38,
+        25,
+        115,
+        -64,
+        -25,
+        -51,
+        38,
+        -102,
+        -51,
+        38,
+        -64,
+        -51,
+        -77,
+        38,
+        -51,
+        -77,
+        -64,
+        -64,
+    ],
+    input_to_cell_weights=[
+        -51,
+        -38,
+        -25,
+        -13,
+        -64,
+        64,
+        -25,
+        -38,
+        -25,
+        -77,
+        77,
+        -13,
+        -51,
+        -38,
+        -89,
+        89,
+        -115,
+        -64,
+        102,
+        77,
+    ],
+    input_to_output_weights=[
+        -102,
+        -51,
+        -25,
+        -115,
+        -13,
+        -89,
+        38,
+        -38,
+        -102,
+        -25,
+        77,
+        -25,
+        51,
+        -89,
+        -38,
+        -64,
+        13,
+        64,
+        -77,
+        -51,
+    ],
+    forget_gate_bias=[2147484, -6442451, -4294968, 2147484],
+    cell_gate_bias=[-1073742, 15461883, 5368709, 1717987],
+    output_gate_bias=[1073742, -214748, 4294968, 2147484],
+    forget_layer_norm_weights=[6553, 6553, 13107, 9830],
+    cell_layer_norm_weights=[22937, 6553, 9830, 26214],
+    output_layer_norm_weights=[19660, 6553, 6553, 16384],
+    input=[90, 102, 13, 26, 38, 102, 13, 26, 51, 64],
+)
+_QLSTM_SCALARS = dict(
+    cell_clip=0.0,
+    projection_clip=0.0,
+    input_intermediate_scale=0.007059,
+    forget_intermediate_scale=0.007812,
+    cell_intermediate_scale=0.007059,
+    output_intermediate_scale=0.007812,
+    hidden_state_zero_point=0,
+    hidden_state_scale=0.007,
+)
+
+
+def _qlstm(vals, output_size):
+    quants = {f"{k}_to_{g}_weights": (0.00784314, 0) for k in ("input", "recurrent") for g in q._GATES}
+    quants.update({f"{g}_gate_bias": (0.0, 0) for g in q._GATES})
+    quants.update({f"{g}_layer_norm_weights": (3.05182e-05, 0) for g in q._GATES})
+    state = (3.05176e-05, 0)
+    quants.update(
+        input=(0.0078125, 0),
+        output_state_in=state,
+        cell_state_in=state,
+        output_state_out=state,
+        cell_state_out=state,
+        output=state,
+        projection_weights=(0.00392157, 0),
+        projection_bias=(0.0, 0),
+    )
+    dims = {}
+    for g in q._GATES:
+        dims.update(
+            {
+                f"input_to_{g}_weights": (4, 5),
+                f"recurrent_to_{g}_weights": (4, output_size),
+                f"{g}_gate_bias": (4,),
+                f"{g}_layer_norm_weights": (4,),
+            }
+        )
+    dims.update(
+        input=(2, 5),
+        output_state_in=(2, output_size),
+        cell_state_in=(2, 4),
+        projection_weights=(output_size, 4),
+        projection_bias=(output_size,),
+        output_state_out=(2, output_size),
+        cell_state_out=(2, 4),
+        output=(2, output_size),
+    )
+    return _run(
+        q._QLSTM_RECORD, q._QLSTM, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}, vals, quants, dims, _QLSTM_SCALARS
+    )
+
+
+def test_quantized_lstm_cifg_layer_norm_matches_cts_example():
+    vals = dict(
+        _QLSTM_COMMON,
+        recurrent_to_forget_weights=[-64, -38, -64, -25, 77, 51, 115, 38, -13, 25, 64, 25, 25, 38, -13, 51],
+        recurrent_to_cell_weights=[-38, 25, 13, -38, 102, -10, -25, 38, 102, -77, -13, 25, 38, -13, 25, 64],
+        recurrent_to_output_weights=[
+            38,
+            -13,
+            13,
+            -25,
+            -64,
+            -89,
+            -25,
+            -77,
+            -13,
+            -51,
+            -89,
+            -25,
+            13,
+            64,
+            25,
+            -38,
+        ],
+        output_state_in=[0] * 8,
+        cell_state_in=[0] * 8,
+    )
+    out_state, cell, out = _qlstm(vals, 4)
+    assert out_state.ravel().tolist() == [-15, 21, 14, 20, -15, 15, 5, 27]
+    assert cell.ravel().tolist() == [-11692, 9960, 5491, 8861, -9422, 7726, 2056, 13149]
+    assert out.tolist() == out_state.tolist()
+
+
+def test_quantized_lstm_projection_layer_norm_matches_cts_example():
+    vals = dict(
+        _QLSTM_COMMON,
+        input_to_input_weights=[
+            64,
+            77,
+            89,
+            -102,
+            -115,
+            13,
+            25,
+            38,
+            -51,
+            64,
+            -102,
+            89,
+            -77,
+            64,
+            -51,
+            -64,
+            -51,
+            -38,
+            -25,
+            -13,
+        ],
+        input_gate_bias=[644245, 3221226, 4724464, 8160438],
+        recurrent_to_input_weights=[-25, -38, 51, 13, -64, 115, -25, -38, -89, 6, -25, -77],
+        recurrent_to_forget_weights=[-64, -38, -64, -25, 77, 51, 115, 38, -13, 25, 64, 25],
+        recurrent_to_cell_weights=[-38, 25, 13, -38, 102, -10, -25, 38, 102, -77, -13, 25],
+        recurrent_to_output_weights=[38, -13, 13, -25, -64, -89, -25, -77, -13, -51, -89, -25],
+        projection_weights=[-25, 51, 3, -51, 25, 127, 77, 20, 18, 51, -102, 51],
+        projection_bias=[0, 0, 0],
+        input_layer_norm_weights=[3277, 6553, 9830, 16384],
+        output_state_in=[0] * 6,
+        cell_state_in=[0] * 8,
+    )
+    out_state, cell, _ = _qlstm(vals, 3)
+    assert out_state.ravel().tolist() == [127, 127, -108, -67, 127, 127]
+    assert cell.ravel().tolist() == [-14650, 8939, 5771, 6715, -11843, 7847, 1508, 12939]
+
+
+@pytest.mark.parametrize("scale", [3e-5, 2.0**-8, 2.0**-16])
+def test_quantized_lstm_cell_scale_must_be_a_power_of_two_in_range(scale):
+    class _Ctx:
+        def operand(self, name):
+            return Operand(T.TENSOR_QUANT16_SYMM, (2, 4), scale, 0)
+
+    with pytest.raises(ShapeError, match="power of two"):
+        q._cell_shift(_Ctx())
