@@ -460,7 +460,9 @@ def _svdf_sample(s: SampleContext, memory: int | None = None, rank: int | None =
     batch = min(batch, MAX_BATCH)
     units = s.draw.int(1, 4)
     rank = s.draw.int(1, 3) if rank is None else rank
-    memory = s.draw.int(1, 5) if memory is None else memory
+    # memory_size 1 (a state that carries nothing) is its own edge: drawn here, it would
+    # leave the state chain nothing to check
+    memory = s.draw.int(2, 5) if memory is None else memory
     filters = units * rank
     const = s.draw.bool(0.8)
     s.tensor("input", (batch, size))
