@@ -12,6 +12,7 @@ from nncert.hal.types import OperandType as T
 from nncert.ops import quantized_lstm as q
 from nncert.ops.base import ShapeError
 from nncert.ops.evaluate import evaluate
+from nncert.testing.cases import context_for, sample_case
 
 
 def test_rounding_divide_by_pot_rounds_half_away_from_zero():
@@ -350,3 +351,82 @@ def test_quantized_lstm_cell_scale_must_be_a_power_of_two_in_range(scale):
 
     with pytest.raises(ShapeError, match="power of two"):
         q._cell_shift(_Ctx())
+
+
+# ---------------------------------------------------------------------------------------
+# Validity as Android's: QLSTM's validate checks only types, its prepare only shapes and
+# which optional groups are given; execute never reads the outputs' quantisation.
+
+
+def _qlstm_case(seed=3):
+    r = q._QLSTM_RECORD
+    return sample_case(r, r.signatures[0], r.variants[0], seed=seed)
+
+
+def test_quantized_lstm_outputs_may_declare_other_quantisation():
+    """A model whose outputs declare scales and zero points unlike the state inputs' is valid
+    (Android does not check them) and gives the same stored values: computed with the
+    inputs' parameters, as Android's CPU implementation does."""
+    import dataclasses
+
+    from nncert.hal.validation import validate_model
+    from nncert.ops.interpreter import run_model
+
+    case = _qlstm_case()
+    model, feeds = case.model()
+    want = run_model(model, feeds)
+    ops = model.main.operands
+    out = model.main.operations[0].outputs
+    for k, (scale, zp) in zip(out, [(0.5, 7), (2.0**-3, 0), (0.25, -9)], strict=True):
+        assert (ops[k].scale, ops[k].zero_point) != (scale, zp)
+        ops[k] = dataclasses.replace(ops[k], scale=scale, zero_point=zp)
+    validate_model(model)
+    got = run_model(model, feeds)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.tolist() == w.tolist()
+
+
+def _with_inputs(case, **changes):
+    """The case's kernel context with inputs replaced (name: (operand, value) or None)."""
+    import dataclasses
+
+    inputs = []
+    for ci in case.inputs:
+        if ci.arg.name in changes:
+            new = changes[ci.arg.name]
+            ci = dataclasses.replace(ci, operand=None if new is None else new[0],
+                                     value=None if new is None else new[1])
+        inputs.append(ci)
+    return context_for(dataclasses.replace(case, inputs=inputs))
+
+
+def test_quantized_lstm_cifg_may_carry_unused_cell_to_input_weights():
+    """With CIFG Android accepts cell_to_input_weights next to the other two peepholes (and
+    ignores it), but not alone."""
+    case = next(c for c in (_qlstm_case(s) for s in range(60))
+                if not context_for(c).has("input_to_input_weights")
+                and context_for(c).has("cell_to_forget_weights"))
+    peep = next(ci for ci in case.inputs if ci.arg.name == "cell_to_forget_weights")
+    ctx = _with_inputs(case, cell_to_input_weights=(peep.operand, peep.value))
+    q._qlstm_sizes(ctx)
+    want = q._qlstm_kernel(context_for(case))
+    for g, w in zip(q._qlstm_kernel(ctx), want, strict=True):
+        assert g.tolist() == w.tolist()
+    alone = _with_inputs(case, cell_to_input_weights=(peep.operand, peep.value),
+                         cell_to_forget_weights=None, cell_to_output_weights=None)
+    with pytest.raises(ShapeError, match="peephole"):
+        q._qlstm_sizes(alone)
+
+
+@pytest.mark.parametrize("clip", [-1.0, float("nan")])
+def test_quantized_lstm_negative_or_nan_clip_means_none(clip):
+    """Android clips only when a clip is above 0: a negative or NaN clip is valid and off."""
+    case = _qlstm_case()
+    scalar = next(ci for ci in case.inputs if ci.arg.name == "cell_clip")
+    ctx = _with_inputs(case, cell_clip=(scalar.operand, np.float32(clip)),
+                       projection_clip=(scalar.operand, np.float32(clip)))
+    q._qlstm_check(ctx)
+    off = _with_inputs(case, cell_clip=(scalar.operand, np.float32(0)),
+                       projection_clip=(scalar.operand, np.float32(0)))
+    for g, w in zip(q._qlstm_kernel(ctx), q._qlstm_kernel(off), strict=True):
+        assert g.tolist() == w.tolist()

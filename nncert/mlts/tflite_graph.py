@@ -345,7 +345,7 @@ class Graph:
         q = m.signature.outputs[k].quant
         if not want.type.is_quant or want.channel_quant is not None:
             return want
-        if q.kind == "same":
+        if q.kind in ("same", "follows"):
             pos = m.positions.get(q.ref)
             ref = ins[pos[0]] if pos else None
             if ref is not None and ref.type is want.type:

@@ -64,7 +64,9 @@ class Quant:
     """How a quantised operand's scale and zero point are set.
 
     kind: ``free`` (anything valid; generated cases pick it, outputs from the golden
-    range), ``same`` (equal to ``ref``'s), ``fixed`` (``scale`` and ``zero_point`` for the
+    range), ``same`` (equal to ``ref``'s), ``follows`` (generated cases and importers give
+    it ``ref``'s, but any is valid: the operation ignores it, as Android's QUANTIZED_LSTM
+    does its outputs'), ``fixed`` (``scale`` and ``zero_point`` for the
     unsigned type; the signed type uses ``zero_point - 128``), ``bias`` (scale = product
     of the scales of the two args named in ``ref``, "input,filter"; zero point 0).
     """
@@ -80,6 +82,10 @@ FREE = Quant()
 
 def same_as(name: str) -> Quant:
     return Quant("same", name)
+
+
+def follows(name: str) -> Quant:
+    return Quant("follows", name)
 
 
 def fixed(scale: float, zero_point_unsigned: int) -> Quant:
@@ -168,6 +174,12 @@ class Signature:
     @property
     def min_inputs(self) -> int:
         return sum(1 for a in self.inputs if not a.optional)
+
+    def output_args(self, count: int) -> list[Arg]:
+        """The Arg of each output operand of an instance with ``count`` outputs: a variadic
+        output stands for as many as the fixed ones leave."""
+        extra = count - len(self.outputs)
+        return [a for a in self.outputs for _ in range(1 + extra if a.variadic else 1)]
 
 
 @dataclass(frozen=True)
@@ -316,22 +328,17 @@ def match(record: OpRecord, in_types: Sequence[OperandType | None],
 
 
 def _layout_positions(sig: Signature, n_in: int, n_out: int) -> tuple[dict, dict] | str:
-    if n_out != len(sig.outputs):
-        return f"{len(sig.outputs)} outputs expected, got {n_out}"
-    pos_out = {a.name: [i] for i, a in enumerate(sig.outputs)}
-    fixed_count = len(sig.inputs) - sum(1 for a in sig.inputs if a.variadic)
-    variadic = [a for a in sig.inputs if a.variadic]
-    pos_in: dict[str, list[int]] = {}
-    if variadic:
-        n_var = n_in - fixed_count
-        if n_var < 1:
-            return f"at least {fixed_count + 1} inputs expected, got {n_in}"
-        i = 0
-        for a in sig.inputs:
-            k = n_var if a.variadic else 1
-            pos_in[a.name] = list(range(i, i + k))
-            i += k
-        return pos_in, pos_out
+    pos_out = _variadic_positions(sig.outputs, n_out, "outputs")
+    if pos_out is None:
+        if n_out != len(sig.outputs):
+            return f"{len(sig.outputs)} outputs expected, got {n_out}"
+        pos_out = {a.name: [i] for i, a in enumerate(sig.outputs)}
+    if isinstance(pos_out, str):
+        return pos_out
+    pos_in = _variadic_positions(sig.inputs, n_in, "inputs")
+    if pos_in is not None:
+        return pos_in if isinstance(pos_in, str) else (pos_in, pos_out)
+    pos_in = {}
     if not sig.min_inputs <= n_in <= len(sig.inputs):
         expect = str(len(sig.inputs)) if sig.min_inputs == len(sig.inputs) else \
             f"{sig.min_inputs}..{len(sig.inputs)}"
@@ -339,6 +346,24 @@ def _layout_positions(sig: Signature, n_in: int, n_out: int) -> tuple[dict, dict
     for i, a in enumerate(sig.inputs[:n_in]):
         pos_in[a.name] = [i]
     return pos_in, pos_out
+
+
+def _variadic_positions(args: Sequence[Arg], n: int, what: str) -> dict[str, list[int]] | str | None:
+    """Operand positions of ``args`` when one is variadic (it takes the one or more operands
+    the others leave), or a line saying why ``n`` operands do not fit; None when none is."""
+    if not any(a.variadic for a in args):
+        return None
+    fixed_count = sum(1 for a in args if not a.variadic)
+    n_var = n - fixed_count
+    if n_var < 1:
+        return f"at least {fixed_count + 1} {what} expected, got {n}"
+    pos: dict[str, list[int]] = {}
+    i = 0
+    for a in args:
+        k = n_var if a.variadic else 1
+        pos[a.name] = list(range(i, i + k))
+        i += k
+    return pos
 
 
 def _type_mismatch(args: Sequence[Arg], positions: dict[str, list[int]],

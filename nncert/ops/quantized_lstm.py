@@ -46,7 +46,11 @@ clipped to the quantised cell clip. Hidden: o * tanh<15+k>(c), multiplier
 2^-30 / hidden_scale, plus the hidden zero point, int8. Projection (optional): a
 ``MatrixBatchVectorMultiplyAccumulate`` of the hidden state (minus its zero point, folded
 into the bias) with the output state's zero point, clipped to the quantised projection clip.
-Outputs: output state, cell state, output (= output state).
+Outputs: output state, cell state, output (= output state). Validity is Android's: its
+validation checks the outputs' types only and its execution never reads their
+quantisation, so the outputs may declare any scale and zero point and hold the values
+computed with the state inputs' parameters; with CIFG, cell_to_input_weights may come (unused)
+with the other two peepholes; a clip that is not above 0 (negative, NaN) is no clipping.
 
 Where this follows TFLite's integer LSTM rather than Android's CPU implementation: the
 CPU implementation ignores the gate biases when there is no layer normalisation (it builds
@@ -84,6 +88,7 @@ from nncert.ops.base import (
     Unknown,
     bias_of,
     fixed,
+    follows,
     same_as,
     variant,
 )
@@ -447,9 +452,11 @@ _QLSTM = Signature(
         Arg("hidden_state_zero_point", T.INT32),
         Arg("hidden_state_scale", T.FLOAT32),
     ),
-    outputs=(Arg("output_state_out", "T", quant=same_as("output_state_in")),
-             Arg("cell_state_out", Q16SYMM, quant=same_as("cell_state_in")),
-             Arg("output", "T", quant=same_as("output_state_in"))),
+    # Android checks only the outputs' types: the values are computed with the state
+    # inputs' parameters, whatever quantisation the outputs declare.
+    outputs=(Arg("output_state_out", "T", quant=follows("output_state_in")),
+             Arg("cell_state_out", Q16SYMM, quant=follows("cell_state_in")),
+             Arg("output", "T", quant=follows("output_state_in"))),
 )
 
 
@@ -476,10 +483,11 @@ def _qlstm_sizes(ctx: OpContext) -> tuple[int, int, int, int]:
     for name, want in expect.items():
         if ctx.has(name) and ctx.dims(name) != want:
             raise ShapeError(f"{name} has shape {list(ctx.dims(name))}, expected {list(want)}")
-    peep = ["cell_to_forget_weights", "cell_to_output_weights"] + ([] if cifg else ["cell_to_input_weights"])
+    # With CIFG, cell_to_input_weights may be given (and is unused) along with the other two.
+    peep = ["cell_to_forget_weights", "cell_to_output_weights"]
+    if not cifg or ctx.has("cell_to_input_weights"):
+        peep.append("cell_to_input_weights")
     _all_or_none(ctx, peep, "peephole weights")
-    if cifg and ctx.has("cell_to_input_weights"):
-        raise ShapeError("cell_to_input_weights is given with CIFG (no input gate)")
     if cifg == ctx.has("input_gate_bias"):
         raise ShapeError("input_gate_bias must be given exactly when the input gate is (no CIFG)")
     norms = [f"{g}_layer_norm_weights" for g in _GATES if not (cifg and g == "input")]
@@ -518,13 +526,6 @@ def _qlstm_check(ctx: OpContext) -> None:
             continue
         if not (math.isfinite(v) and v > 0):
             raise ShapeError(f"{name} must be positive and finite, is {v:g}")
-    for name in ("cell_clip", "projection_clip"):
-        try:
-            v = float(ctx.value(name))
-        except Unknown:
-            continue
-        if not (math.isfinite(v) and v >= 0):
-            raise ShapeError(f"{name} must be 0 (no clipping) or positive, is {v:g}")
     try:
         zp = int(ctx.value("hidden_state_zero_point"))
     except Unknown:

@@ -500,7 +500,7 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
         return o
     lo, hi = t.quant_range
     q = a.quant
-    if q.kind == "same":
+    if q.kind in ("same", "follows"):
         ref = next(ci.operand for ci in inputs if ci.arg.name == q.ref)
         return dataclasses.replace(o, scale=ref.scale, zero_point=ref.zero_point)
     if q.kind == "fixed":

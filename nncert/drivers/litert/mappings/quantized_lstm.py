@@ -47,6 +47,13 @@ def _opt(n: Any, name: str) -> int:
     return n.t(name) if n.has(name) else -1
 
 
+def _clip(n: Any, name: str) -> float:
+    """A clip as TFLite takes it: Android reads a negative or NaN clip as no clipping, which
+    TFLite's Prepare rejects."""
+    v = float(n.scalar(name))
+    return v if v > 0 else 0.0
+
+
 def _state(n: Any, name: str) -> int:
     operand = n.operand(name)
     if operand.lifetime is not OperandLifeTime.SUBGRAPH_INPUT or n.ex.sg is not n.ex.model.main:
@@ -82,7 +89,7 @@ def _quantized_lstm(n: Any) -> None:
                                             (int(n.scalar("hidden_state_zero_point")),), 0))
     out = n.out(2)
     g.op("LSTM", ins, [out], "LSTM", fusedActivationFunction=fb.ActivationFunctionType.TANH,
-         cellClip=float(n.scalar("cell_clip")), projClip=float(n.scalar("projection_clip")),
+         cellClip=_clip(n, "cell_clip"), projClip=_clip(n, "projection_clip"),
          kernelType=fb.LSTMKernelType.FULL)
     g.operators[-1].intermediates = [*intermediates, hidden]
     _as_output(n, 0, h)
