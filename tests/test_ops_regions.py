@@ -369,3 +369,20 @@ def test_multinomial_judgement_names_impossible_samples():
     assert len(got) == 1 and "class 1 drawn 1 of 103 times" in got[0] and "never" in got[0]
     got = multinomial_problems(p, np.array([[0, 3, 2, -1]]), 1e-5)
     assert "2/4 samples outside [0, 3)" in got[0]
+
+
+def test_multinomial_round_trips_through_tflite():
+    """Exported as TFLite's MULTINOMIAL (seeds as its options) and imported back: the same
+    operation, seeds and samples."""
+    pytest.importorskip("ai_edge_litert")
+    from nncert.drivers.litert.export import export
+    from nncert.mlts.tflite_import import import_tflite
+    from nncert.ops.interpreter import run_model
+    from nncert.testing.cases import sample_case
+
+    record = get(Op.RANDOM_MULTINOMIAL)
+    case = sample_case(record, record.signatures[0], record.variants[0], seed=1)
+    model, feeds = case.model()
+    back = import_tflite(export(model))
+    assert [op.type for op in back.main.operations] == [Op.RANDOM_MULTINOMIAL]
+    np.testing.assert_array_equal(run_model(back, feeds)[0], case.expected[0])
