@@ -237,7 +237,7 @@ def make_execute(spec: str | None = None) -> OneInput:
         if invalid is not None:
             raise Finding("wrong-acceptance", f"{what} accepted an invalid request: {invalid.message}",
                           op, ErrorStatus.NONE.name)
-        if inputs is None or not _specified_range(case.model, inputs) or _own_criterion(case.model):
+        if inputs is None or not _specified_range(case.model, inputs) or harness.own_criterion(case.model):
             return
         try:
             expected = run_model(case.model, inputs)
@@ -252,16 +252,6 @@ def make_execute(spec: str | None = None) -> OneInput:
                           test=case.key.conformance_test)
 
     return one_input
-
-
-def _own_criterion(model: Model) -> bool:
-    """Whether an operation of ``model`` has outputs judged by its record's own criterion
-    (random samples, boxes after suppression): the per-operation suite judges those; an
-    element-wise comparison here would report differences the operation allows."""
-    from nncert.ops import get
-
-    return any((r := get(op.type)) is not None and r.compare is not None
-               for sg in (model.main, *model.referenced) for op in sg.operations)
 
 
 def _specified_range(model: Model, inputs: list[np.ndarray | None]) -> bool:
