@@ -430,3 +430,28 @@ def test_quantized_lstm_negative_or_nan_clip_means_none(clip):
                        projection_clip=(scalar.operand, np.float32(0)))
     for g, w in zip(q._qlstm_kernel(ctx), q._qlstm_kernel(off), strict=True):
         assert g.tolist() == w.tolist()
+
+
+
+def test_quantized_lstm_peephole_reaches_every_unit_with_a_projection():
+    """The peephole is one weight per unit: with a projection to fewer outputs than units,
+    the weights of the units past output_size count too. LiteRT's integer kernel adds only
+    the first output_size peephole terms of each batch (nncert/drivers/litert/expectations.toml):
+    with one batch, the same as zeroing the others' weights, which must change the cell state
+    of this case (the saturating edge's first seed, where LiteRT is 4326 steps off)."""
+    r = q._QLSTM_RECORD
+    case = sample_case(r, r.signatures[0], r.variants[0], seed=0, edge="saturating")
+    ctx = context_for(case)
+    batches, _, units, outputs = q._qlstm_sizes(ctx)
+    assert (batches, outputs) == (1, 1) and units > outputs and ctx.has("cell_to_forget_weights")
+    changes = {}
+    for g in ("input", "forget", "output"):
+        ci = next(ci for ci in case.inputs if ci.arg.name == f"cell_to_{g}_weights")
+        if ci.operand is not None:
+            value = np.array(ci.value, copy=True)
+            value[outputs:] = 0
+            changes[ci.arg.name] = (ci.operand, value)
+    full, cut = q._qlstm_kernel(ctx)[1], q._qlstm_kernel(_with_inputs(case, **changes))[1]
+    assert full[0, :outputs].tolist() == cut[0, :outputs].tolist()
+    assert np.abs(full.astype(int) - cut.astype(int)).max() > 1000
+    assert full.tolist() == case.expected[1].tolist()
