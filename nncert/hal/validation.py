@@ -834,6 +834,8 @@ def _validate_control_flow(ctx: _Ctx, sg: Subgraph, op: Operation, n: int, prefi
             fail(f"{what}: quantisation parameters differ")
 
     def condition(o: Operand, what: str) -> None:
+        if o.lifetime == _NOVAL:  # Android's CpuExecutor cannot read it: no default branch
+            fail(f"{what} has no value (NO_VALUE); an IF needs its condition")
         if o.type != T.TENSOR_BOOL8 or tuple(o.dimensions) != (1,):
             fail(f"{what} must be a TENSOR_BOOL8 of shape [1], is {_type_name(o.type)}{list(o.dimensions)}")
 
@@ -1011,15 +1013,18 @@ def input_may_be_omitted(model: Model, position: int) -> bool:
 
     NNAPI lets a caller omit only what an operation treats as optional, so the input may be
     omitted when every operation of the main subgraph that reads it still matches a catalogue
-    signature with it omitted (an input no operation reads may be omitted too). Operations the
-    catalogue does not describe (IF, WHILE) are left to the run: the interpreter rejects an
-    omission they cannot take with INVALID_ARGUMENT, as the CpuExecutor does (BAD_DATA)."""
+    signature with it omitted (an input no operation reads may be omitted too). An IF's
+    condition may not be omitted; the other inputs of IF and WHILE, which the catalogue does
+    not describe, are left to the run: the interpreter rejects an omission they cannot take
+    with INVALID_ARGUMENT, as the CpuExecutor does (BAD_DATA)."""
     sg = model.main
     idx = sg.input_indexes[position]
     operands = sg.operands
     for op in sg.operations:
         if idx not in op.inputs:
             continue
+        if op.type == OperationType.IF and op.inputs and op.inputs[0] == idx:
+            return False  # the condition: an IF without one has no branch to run
         record = get(op.type)
         if record is None:
             continue

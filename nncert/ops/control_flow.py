@@ -94,7 +94,9 @@ def runnable(model: Model, op: Operation, has_kernel: Callable[[OperationType], 
         for sg in model.referenced for inner in sg.operations)
 
 
-def _condition(value: np.ndarray, what: str) -> bool:
+def _condition(value: np.ndarray | None, what: str) -> bool:
+    if value is None:  # a model input given no value: NNAPI's CpuExecutor fails the IF
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what} has no value")
     flat = np.asarray(value).reshape(-1)
     if flat.size != 1:
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what} has {flat.size} elements, not 1")

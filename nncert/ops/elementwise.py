@@ -91,17 +91,52 @@ def _sample_mul(s: SampleContext) -> None:
 
 def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "i":  # TENSOR_INT32: floor division, like Python's //
-        if np.any(b == 0):
-            raise ShapeError("input1 holds a zero: integer division by zero")
-        return np.floor_divide(a.astype(np.int64), b).astype(np.int32)
+        # Division by zero: NNAPI leaves the value unspecified and the execution must
+        # succeed; nncert computes 0 there (Android's CPU path does the same) and accepts
+        # any value (_div_compare). -2^31 // -1 wraps to -2^31 (also unspecified).
+        a64, b64 = np.broadcast_arrays(a.astype(np.int64), np.asarray(b, np.int64))
+        out = np.zeros(a64.shape, np.int64)
+        np.floor_divide(a64, b64, out=out, where=b64 != 0)
+        return out.astype(np.int32)
     return a / b
+
+
+def _div_compare(ctx: OpContext, expected: list[np.ndarray], actual: list[np.ndarray],
+                 relaxed: bool) -> list[str]:
+    """ACC-1..4 as for any record, except that an int32 element whose divisor is zero may
+    hold any value (NNAPI leaves it unspecified)."""
+    from nncert.testing.criteria import compare
+
+    e, a = np.asarray(expected[0]), np.asarray(actual[0])
+    if ctx.variant.primary is T.TENSOR_INT32 and e.shape == a.shape:
+        zero = np.broadcast_to(np.asarray(ctx.value("input1")) == 0, e.shape)
+        e, a = np.where(zero, 0, e), np.where(zero, 0, a)
+    mismatch = compare(e, a, ctx.outputs[0].type, relaxed)
+    return [str(mismatch)] if mismatch else []
+
+
+def _zero_divisors(s: SampleContext) -> None:
+    """Edge hook: an int32 divisor with zeros among its values (one at least)."""
+    item = s.inputs["input1"]
+    lo, hi = -20, 20
+    value = s.draw.integers(item.dims, lo, hi)
+    value = np.where(s.draw.integers(item.dims, 0, 2) == 0, 0, value)
+    value.reshape(-1)[s.draw.int(0, value.size - 1)] = 0
+    item.value = value.astype(np.int32)
+
+
+_DIV_EDGES = (*edges.BROADCAST, edges.Edge(
+    "int32_zero_divisor", "division",
+    "an int32 divisor holding zeros: the execution must succeed, the value there is unspecified",
+    applies=lambda r, sig, v: v.primary is T.TENSOR_INT32, adjust=_zero_divisors))
 
 
 def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
            versions: dict[Version, tuple[T, ...]], *, doc: str, activation: bool = False,
            out: TypeSpec = "T", ranks: tuple[int, ...] | None = None, domain1: str | None = None,
            criterion: str = "medium", check: Callable[[OpContext], None] | None = None,
-           sample: Callable[[SampleContext], None] = sample_broadcast_pair) -> OpRecord:
+           sample: Callable[[SampleContext], None] = sample_broadcast_pair,
+           edges_: tuple = edges.BROADCAST, compare: Callable | None = None) -> OpRecord:
     """A broadcasting ``output = fn(input0, input1)`` record (optionally with a fused
     activation input "act"); ``fn`` sees real values (raw ones for INT32 and BOOL8). Its
     sampler must draw the pair with ``broadcast_pair_dims``: the broadcast-corner edges
@@ -113,8 +148,8 @@ def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
     return OpRecord(op, (sig,), by_version(versions),
                     lambda ctx: [fn(ctx.value("input0"), ctx.value("input1"))],
                     broadcast_pair_shape, sample, criterion=criterion,
-                    activation="act" if activation else None, check=check, edges=edges.BROADCAST,
-                    doc=doc)
+                    activation="act" if activation else None, check=check, edges=edges_,
+                    compare=compare, doc=doc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,7 +214,9 @@ RECORDS = [
     binary(Op.DIV, _floor_div, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,),
                                 Version.V1_3: (T.TENSOR_INT32,)},
            activation=True, ranks=UP_TO_4, domain1="nonzero", check=_int32_no_activation,
-           doc="input0 / input1 (floor division for TENSOR_INT32)"),
+           edges_=_DIV_EDGES, compare=_div_compare,
+           doc="input0 / input1 (floor division for TENSOR_INT32; any value where an int32 "
+               "divisor is zero)"),
     binary(Op.MAXIMUM, np.maximum, _MINMAX, criterion="strict",
            doc="element-wise max(input0, input1); quantised inputs and output may differ in scale"),
     binary(Op.MINIMUM, np.minimum, _MINMAX, criterion="strict",

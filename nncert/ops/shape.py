@@ -477,6 +477,9 @@ def _strided_plan(ctx: OpContext) -> tuple[list[np.ndarray], tuple[int, ...]]:
         e = (d if pos else -1) if end_mask >> i & 1 else _clamp_index(end[i], d, pos)
         idx = np.arange(b, e, st)
         if shrink >> i & 1:
+            if st < 0:  # Android's rule: a shrunk axis is indexed with a positive stride
+                raise ShapeError(f"shrink_axis_mask bit {i} is set but strides[{i}] is {st}; "
+                                 f"a shrunk dimension needs a positive stride")
             if idx.size != 1:
                 raise ShapeError(f"shrink_axis_mask bit {i} is set but dimension {i} slices "
                                  f"{idx.size} elements, not 1")

@@ -619,7 +619,18 @@ _TERNARY = ("input0", "input1", "input2")
 
 def _div(n: Node) -> None:
     if n.outputs[0].type is T.TENSOR_INT32:  # NNAPI int32 DIV is floor division
-        n.g.op("FLOOR_DIV", n.ts("input0") + n.ts("input1"), [n.out()])
+        # TFLite's FLOOR_DIV fails the invocation on a zero divisor, where NNAPI leaves the
+        # value unspecified and the execution succeeds: divide by 1 there, and give 0.
+        g = n.g
+        a, b = n.ts("input0") + n.ts("input1")
+        zero = g.unary("EQUAL", b, quant=None, ttype="BOOL", extra=[g.const(0)])
+        safe = g.unary("SELECT_V2", zero, quant=None, ttype="INT32", extra=[g.const(1), b])
+        safe_shape = g.shapes[b]
+        g.shapes[safe] = safe_shape
+        g.tensors[safe].shape = list(safe_shape)
+        q = g.like(n.ex.hal_tensor(n.op.outputs[0]), quant=None)
+        g.op("FLOOR_DIV", [a, safe], [q])
+        g.op("SELECT_V2", [zero, g.const(0), q], [n.out()])
     else:
         _direct("DIV", "Div", fused=True, names=_BINARY)(n)
 

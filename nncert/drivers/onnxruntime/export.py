@@ -451,7 +451,13 @@ def _emit_int(e: Emit, y: str, layout: str | None = None) -> None:
 def _div(e: Emit) -> None:
     a, b = e.val("input0"), e.val("input1")
     if e.out.type is T.TENSOR_INT32:  # floor division: (a - mod(a, b)) / b is exact
+        # A zero divisor fails ORT's Mod; NNAPI leaves the value unspecified and the
+        # execution succeeds: divide by 1 there, and give 0.
+        zero = e.node("Equal", [b, e.const(0, np.int32)])
+        b = e.node("Where", [zero, e.const(1, np.int32), b])
         a = e.node("Sub", [a, e.node("Mod", [a, b], fmod=0)])
+        e.emit(e.node("Where", [zero, e.const(0, np.int32), e.node("Div", [a, b])]))
+        return
     e.emit(e.node("Div", [a, b]))
 
 
