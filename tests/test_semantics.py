@@ -27,7 +27,7 @@ def test_if_condition_without_value_is_rejected():
     cond = model.main.operations[0].inputs[0]
     model.main.operands[cond].lifetime = OperandLifeTime.NO_VALUE
     model.main.input_indexes.remove(cond)
-    with pytest.raises(ValidationError, match="condition .* has no value"):
+    with pytest.raises(ValidationError, match=r"condition .* has no value"):
         validate_model(model)
 
 
