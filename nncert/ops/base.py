@@ -256,6 +256,11 @@ class OpRecord:
     #: relaxed)`` with ``ctx`` the case's OpContext (every input known), returning one line
     #: per problem (empty: accepted). None: ACC-1..4 per output type.
     compare: Callable[[OpContext, list[np.ndarray], list[np.ndarray], bool], list[str]] | None = None
+    #: Where Android leaves a result unspecified (int32 DIV by zero): ``unspecified(ctx)``
+    #: gives, per output, a boolean mask broadcastable to it (None: every element is
+    #: specified); the per-operation suite accepts any value there and judges the rest by
+    #: ACC-1..4. The execution itself must still succeed.
+    unspecified: Callable[[OpContext], list[np.ndarray | None]] | None = None
     #: Why the operation takes no part in random graphs (data-dependent output sizes, state,
     #: random results), or "" when it does.
     graphs: str = ""

@@ -93,7 +93,7 @@ def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "i":  # TENSOR_INT32: floor division, like Python's //
         # Division by zero: NNAPI leaves the value unspecified and the execution must
         # succeed; nncert computes 0 there (Android's CPU path does the same) and accepts
-        # any value (_div_compare). -2^31 // -1 wraps to -2^31 (also unspecified).
+        # any value (_div_unspecified). -2^31 // -1 wraps to -2^31 (also unspecified).
         a64, b64 = np.broadcast_arrays(a.astype(np.int64), np.asarray(b, np.int64))
         out = np.zeros(a64.shape, np.int64)
         np.floor_divide(a64, b64, out=out, where=b64 != 0)
@@ -101,18 +101,11 @@ def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a / b
 
 
-def _div_compare(ctx: OpContext, expected: list[np.ndarray], actual: list[np.ndarray],
-                 relaxed: bool) -> list[str]:
-    """ACC-1..4 as for any record, except that an int32 element whose divisor is zero may
-    hold any value (NNAPI leaves it unspecified)."""
-    from nncert.testing.criteria import compare
-
-    e, a = np.asarray(expected[0]), np.asarray(actual[0])
-    if ctx.variant.primary is T.TENSOR_INT32 and e.shape == a.shape:
-        zero = np.broadcast_to(np.asarray(ctx.value("input1")) == 0, e.shape)
-        e, a = np.where(zero, 0, e), np.where(zero, 0, a)
-    mismatch = compare(e, a, ctx.outputs[0].type, relaxed)
-    return [str(mismatch)] if mismatch else []
+def _div_unspecified(ctx: OpContext) -> list[np.ndarray | None]:
+    """Where an int32 divisor is zero: NNAPI leaves the quotient unspecified there."""
+    if ctx.variant.primary is not T.TENSOR_INT32:
+        return [None]
+    return [np.asarray(ctx.value("input1")) == 0]
 
 
 def _zero_divisors(s: SampleContext) -> None:
@@ -136,7 +129,7 @@ def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
            out: TypeSpec = "T", ranks: tuple[int, ...] | None = None, domain1: str | None = None,
            criterion: str = "medium", check: Callable[[OpContext], None] | None = None,
            sample: Callable[[SampleContext], None] = sample_broadcast_pair,
-           edges_: tuple = edges.BROADCAST, compare: Callable | None = None) -> OpRecord:
+           edges_: tuple = edges.BROADCAST, unspecified: Callable | None = None) -> OpRecord:
     """A broadcasting ``output = fn(input0, input1)`` record (optionally with a fused
     activation input "act"); ``fn`` sees real values (raw ones for INT32 and BOOL8). Its
     sampler must draw the pair with ``broadcast_pair_dims``: the broadcast-corner edges
@@ -149,7 +142,7 @@ def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
                     lambda ctx: [fn(ctx.value("input0"), ctx.value("input1"))],
                     broadcast_pair_shape, sample, criterion=criterion,
                     activation="act" if activation else None, check=check, edges=edges_,
-                    compare=compare, doc=doc)
+                    unspecified=unspecified, doc=doc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,7 +207,7 @@ RECORDS = [
     binary(Op.DIV, _floor_div, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,),
                                 Version.V1_3: (T.TENSOR_INT32,)},
            activation=True, ranks=UP_TO_4, domain1="nonzero", check=_int32_no_activation,
-           edges_=_DIV_EDGES, compare=_div_compare,
+           edges_=_DIV_EDGES, unspecified=_div_unspecified,
            doc="input0 / input1 (floor division for TENSOR_INT32; any value where an int32 "
                "divisor is zero)"),
     binary(Op.MAXIMUM, np.maximum, _MINMAX, criterion="strict",

@@ -222,12 +222,14 @@ def prepare_claimed(driver: Driver, model: Model) -> PreparedModel:
         raise CaseError(f"DRV-2: claimed every operation, then prepare_model failed: {e}") from e
 
 
-def own_criterion(model: Model) -> bool:
+def own_criterion(model: Model, unspecified: bool = False) -> bool:
     """Whether an operation of ``model`` has its outputs judged by its record's ``compare``
-    (random samples, boxes after suppression) rather than element-wise."""
+    (random samples, boxes after suppression) rather than element-wise; with
+    ``unspecified``, also one that may leave results unspecified (int32 DIV by zero)."""
     from nncert.ops import get
 
-    return any((r := get(op.type)) is not None and r.compare is not None
+    return any((r := get(op.type)) is not None and
+               (r.compare is not None or (unspecified and r.unspecified is not None))
                for sg in (model.main, *model.referenced) for op in sg.operations)
 
 
@@ -285,8 +287,14 @@ def case_problems(case: OpCase, actual: Sequence[np.ndarray], model: Model | Non
     """Why a driver's outputs of ``case`` are wrong (empty: accepted): the record's own
     criterion where it has one (boxes after suppression, random samples), else ACC-1..4 per
     output type."""
-    if case.record.compare is not None:
-        return case.record.compare(context_for(case), list(case.expected), list(actual), relaxed)
+    record = case.record
+    if record.compare is not None:
+        return record.compare(context_for(case), list(case.expected), list(actual), relaxed)
+    if record.unspecified is not None:  # any value is right there: take the golden's
+        masks = record.unspecified(context_for(case))
+        actual = [a if m is None or np.shape(a) != np.shape(e) else
+                  np.where(np.broadcast_to(m, np.shape(e)), e, a)
+                  for a, e, m in zip(actual, case.expected, masks, strict=True)]
     model = model if model is not None else case.model()[0]
     return [str(m) for m in output_mismatches(model, case.expected, actual, relaxed)]
 
