@@ -257,8 +257,8 @@ def _half_steps(case: OpCase) -> OpCase | None:
     no output is free to change, or the result is not a valid model."""
     first = next((ci.operand for ci in case.inputs if ci.operand is not None and ci.operand.type is U8
                   and ci.operand.channel_quant is None and ci.operand.type.is_tensor), None)
-    free = [a.quant.kind == "free" and o.type is U8 for a, o in zip(case.signature.outputs, case.outputs,
-                                                                      strict=True)]
+    free = [a.quant.kind == "free" and o.type is U8
+            for a, o in zip(case.signature.output_args(len(case.outputs)), case.outputs, strict=True)]
     if first is None or not any(free):
         return None
     outputs = [dataclasses.replace(o, scale=float(np.float32(2 * first.scale)), zero_point=first.zero_point)

@@ -65,11 +65,36 @@ def test_split_into_equal_parts_along_a_negative_axis():
     assert [p.tolist() for p in parts] == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
 
 
-def test_split_count_must_match_the_outputs_and_divide():
-    with pytest.raises(HalError, match="num_splits"):
-        _run(Op.SPLIT, [(I32, (6,), np.arange(6)), (T.INT32, 0), (T.INT32, 3)], [(I32, (3,))] * 2)
-    with pytest.raises(HalError, match="does not divide"):
-        _run(Op.SPLIT, [(I32, (5,), np.arange(5)), (T.INT32, 0), (T.INT32, 2)], [(I32, (2,))] * 2)
+def test_split_into_six_parts_one_element_thick():
+    # num_splits may be anything up to the axis's length, not only the 1..4 TFLite tests use.
+    x = np.arange(12, dtype=np.int32).reshape(2, 6)
+    parts = _run(Op.SPLIT, [(I32, (2, 6), None), (T.INT32, 1), (T.INT32, 6)], [(I32, (2, 1))] * 6, [x])
+    assert [p.ravel().tolist() for p in parts] == [[k, k + 6] for k in range(6)]
+
+
+@pytest.mark.parametrize(("dims", "parts", "outputs", "problem"), [
+    ((6,), 3, 2, "num_splits is 3, the operation has 2 outputs"),
+    ((6,), 6, 5, "num_splits is 6, the operation has 5 outputs"),
+    ((6,), 6, 7, "num_splits is 6, the operation has 7 outputs"),
+    ((5,), 2, 2, "does not divide"),
+    ((5,), 7, 7, "does not divide"),
+])
+def test_split_count_must_match_the_outputs_and_divide(dims, parts, outputs, problem):
+    with pytest.raises(HalError, match=problem):
+        _run(Op.SPLIT, [(I32, dims, np.arange(dims[0])), (T.INT32, 0), (T.INT32, parts)],
+             [(I32, (1,))] * outputs)
+
+
+def test_split_cases_reach_more_than_four_parts_and_parts_of_one():
+    record = get(Op.SPLIT)
+    (sig,) = record.signatures
+    variant = record.variants[0]
+    counts = {len(sample_case(record, sig, variant, seed=seed).outputs) for seed in range(12)}
+    assert counts == set(range(1, 7))
+    for seed in range(4):
+        case = sample_case(record, sig, variant, seed=seed, edge="parts_of_1")
+        x, axis, parts = (ci for ci in case.inputs)
+        assert parts.value == len(case.outputs) == x.operand.dimensions[axis.value]
 
 
 @pytest.mark.parametrize(("op", "label", "edge"), [

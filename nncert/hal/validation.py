@@ -580,12 +580,13 @@ def _validate_with_record(ctx: _Ctx, record: OpRecord, op: Operation, operands: 
                 raise ValidationError(
                     "operation-rank", f"{prefix}operation {n} ({record.name})",
                     f"input {p} ({name}) has rank {len(o.dimensions)}, allowed: {list(allowed)}")
-    for j, name, allowed in out_ranked:
-        o = outs[j]
-        if o.dimensions and not o.type.is_scalar and len(o.dimensions) not in allowed:
-            raise ValidationError(
-                "operation-rank", f"{prefix}operation {n} ({record.name})",
-                f"output {j} ({name}) has rank {len(o.dimensions)}, allowed: {list(allowed)}")
+    for name, allowed in out_ranked:
+        for j in pos[f"out:{name}"]:
+            o = outs[j]
+            if o.dimensions and not o.type.is_scalar and len(o.dimensions) not in allowed:
+                raise ValidationError(
+                    "operation-rank", f"{prefix}operation {n} ({record.name})",
+                    f"output {j} ({name}) has rank {len(o.dimensions)}, allowed: {list(allowed)}")
     model = ctx.model
     # fused activation
     if record.activation:
@@ -617,7 +618,7 @@ def _plan(sig: Signature) -> tuple[tuple, tuple, tuple]:
         hit = _PLANS[id(sig)] = (
             sig,
             tuple((a.name, a.ranks) for a in sig.inputs if a.ranks is not None),
-            tuple((j, a.name, a.ranks) for j, a in enumerate(sig.outputs) if a.ranks is not None),
+            tuple((a.name, a.ranks) for a in sig.outputs if a.ranks is not None),
             tuple(a for a in sig.inputs + sig.outputs if a.quant.kind != "free"))
     return hit[1], hit[2], hit[3]
 

@@ -299,7 +299,8 @@ class Graph:
             m = match(record, [o and o.type for o in in_ops], [s.type for s in outs])
         except ShapeError as e:
             raise Unmapped(str(e)) from None
-        required = [self._required(record, m, in_ops, k, s) for k, s in enumerate(outs)]
+        required = [self._required(record, m, in_ops, a, s)
+                    for a, s in zip(m.signature.output_args(len(outs)), outs, strict=True)]
         vals = [self._known(record, i) for i in ins]
         probe = [Operand(s.type, (), s.scale, s.zero_point, channel_quant=s.channel_quant) for s in required]
         try:
@@ -341,8 +342,8 @@ class Graph:
         return to_real(raw, o) if record.dequantize else raw
 
     @staticmethod
-    def _required(record: Any, m: Any, ins: list[Operand], k: int, want: Spec) -> Spec:
-        q = m.signature.outputs[k].quant
+    def _required(record: Any, m: Any, ins: list[Operand], arg: Any, want: Spec) -> Spec:
+        q = arg.quant
         if not want.type.is_quant or want.channel_quant is not None:
             return want
         if q.kind in ("same", "follows"):

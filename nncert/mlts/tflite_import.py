@@ -28,8 +28,9 @@ once for all operators:
   QUANTIZE pair requantises (within a quantisation step of the direct result); operators
   that TFLite runs on stored values whatever the parameters (RESHAPE, TRANSPOSE, SLICE,
   MAX_POOL_2D, ...) keep the stored values instead (a CAST to the same type).
-- **Compositions** for operators NNAPI lacks: SPLIT / SPLIT_V / UNPACK are SLICEs (and
-  RESHAPEs), PACK is EXPAND_DIMS + CONCATENATION, LEAKY_RELU is PRELU with a constant alpha,
+- **Compositions** for operators NNAPI lacks: SPLIT_V / UNPACK are SLICEs (and RESHAPEs;
+  SPLIT is NNAPI's SPLIT, constant weights are cut at import), PACK is EXPAND_DIMS +
+  CONCATENATION, LEAKY_RELU is PRELU with a constant alpha,
   BATCH_MATMUL with a constant right-hand side is FULLY_CONNECTED between RESHAPEs,
   SQUARE / SQUARED_DIFFERENCE are MUL (and SUB), ADD_N a chain of ADDs, FLOOR_DIV (int32)
   is NNAPI's flooring int32 DIV, a requantising QUANTIZE is DEQUANTIZE + QUANTIZE, a

@@ -17,7 +17,6 @@ from nncert.hal.types import OperationType as Op
 from nncert.mlts.tflite_graph import I32, Graph, Node, Spec, Unmapped, tensor_dims
 from nncert.ops import add_family_mappings
 from nncert.ops.base import to_real
-from nncert.ops.layers import SPLIT_COUNTS
 from nncert.ops.window import PADDING_SAME, PADDING_VALID, implicit_padding
 
 
@@ -471,8 +470,7 @@ def _split(n: Node) -> None:
     total = n.g.dims(x)[axis % len(n.g.dims(x))]
     if total % parts:
         raise Unmapped(f"{total} does not split into {parts} parts")
-    if n.g.is_const(x) or parts not in SPLIT_COUNTS:
-        # Weights are split at import; the catalogue describes SPLIT into 1..4 parts only.
+    if n.g.is_const(x):  # weights are split at import
         _slices(n, x, axis, [total // parts] * parts)
         return
     outs = n.g.op(Op.SPLIT, [x, n.g.i32(axis), n.g.i32(parts)], [n.out_spec(k) for k in range(parts)],

@@ -103,7 +103,8 @@ class Arg:
     ``ranks``: allowed tensor ranks (None: any rank; ignored for scalars).
     ``optional``: may be absent (trailing) or omitted (NO_VALUE); ``default`` then applies.
     ``since``: the HAL version that introduced this input (its presence raises the
-    version an operation instance needs). ``variadic``: one or more consecutive operands.
+    version an operation instance needs). ``variadic``: one or more consecutive operands
+    (an input, or an output: SPLIT's, as many as its num_splits).
     ``domain``: generated data constraint: None, "positive", "nonzero", "unit" (|x|<1).
     ``const``: generated cases keep it constant even when tensors become inputs.
     """
@@ -341,15 +342,14 @@ def _layout_positions(sig: Signature, n_in: int, n_out: int) -> tuple[dict, dict
     if isinstance(pos_out, str):
         return pos_out
     pos_in = _variadic_positions(sig.inputs, n_in, "inputs")
-    if pos_in is not None:
-        return pos_in if isinstance(pos_in, str) else (pos_in, pos_out)
-    pos_in = {}
-    if not sig.min_inputs <= n_in <= len(sig.inputs):
-        expect = str(len(sig.inputs)) if sig.min_inputs == len(sig.inputs) else \
-            f"{sig.min_inputs}..{len(sig.inputs)}"
-        return f"{expect} inputs expected, got {n_in}"
-    for i, a in enumerate(sig.inputs[:n_in]):
-        pos_in[a.name] = [i]
+    if pos_in is None:
+        if not sig.min_inputs <= n_in <= len(sig.inputs):
+            expect = str(len(sig.inputs)) if sig.min_inputs == len(sig.inputs) else \
+                f"{sig.min_inputs}..{len(sig.inputs)}"
+            return f"{expect} inputs expected, got {n_in}"
+        pos_in = {a.name: [i] for i, a in enumerate(sig.inputs[:n_in])}
+    if isinstance(pos_in, str):
+        return pos_in
     return pos_in, pos_out
 
 
@@ -619,6 +619,8 @@ class SampleContext:
         self.steer = steer
         self.inputs: dict[str, SampledInput | list[SampledInput]] = {}
         self.output_dims: list[tuple[int, ...]] | None = None
+        #: How many operands a variadic output has (the sampler sets it; SPLIT's num_splits).
+        self.output_count = len(signature.outputs)
 
     def type(self, name: str) -> OperandType:
         return self.signature.arg(name).resolve(self.variant.types)

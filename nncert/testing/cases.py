@@ -293,10 +293,11 @@ def _sample(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None, 
         raise ShapeError(f"{record.name}: consumes no tensor of the graph")
     in_ops = [ci.operand for ci in inputs]
     raw = [ci.value for ci in inputs]
+    out_args = sig.output_args(s.output_count)
     m = match(record, [None if o is None else o.type for o in in_ops],
-              [a.resolve(var_.types) for a in sig.outputs])
+              [a.resolve(var_.types) for a in out_args])
     provisional = [Operand(a.resolve(var_.types), (), 1.0 if a.resolve(var_.types).is_quant else 0.0)
-                   for a in sig.outputs]
+                   for a in out_args]
     shapes = output_shapes(record, in_ops, raw, provisional, m)
     if shapes is None:
         raise ShapeError(f"{record.name}: output shape unknown with every input known")
@@ -314,7 +315,7 @@ def _sample(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None, 
         if policy == "pre_activation":
             real = [notes["pre_activation"], *real[1:]]
         outputs = [_output_quant(record, a, o, r, inputs, var_, policy)
-                   for a, o, r in zip(sig.outputs, outputs, real, strict=True)]
+                   for a, o, r in zip(out_args, outputs, real, strict=True)]
     real_in = [kernel_value(record, o, v) for o, v in zip(in_ops, raw, strict=True)]
     ctx = bind(record, in_ops, real_in, outputs, m)
     if record.check:

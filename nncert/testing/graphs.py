@@ -339,14 +339,13 @@ def _within_bounds(o: Operand, value: np.ndarray) -> bool:
     return True
 
 
-def _exact_output(record: OpRecord, sig: Signature, var_: Variant, position: int,
+def _exact_output(record: OpRecord, sig: Signature, var_: Variant, arg: Arg,
                   inputs_exact: bool) -> bool:
-    """Whether an operation's output ``position`` is computed exactly by any conforming
+    """Whether an operation's output (of ``arg``) is computed exactly by any conforming
     driver: copies, selections and integer arithmetic on exact inputs. A quantised output
     is exact only when it keeps its input's scale (no requantisation)."""
     if not inputs_exact:
         return False
-    arg = sig.outputs[position]
     out_t = arg.resolve(var_.types)
     types = [a.resolve(var_.types) for a in sig.inputs] + [out_t]
     integer_only = all(not (t.is_float or t.is_quant) for t in types if t.is_tensor)
@@ -448,8 +447,9 @@ class _Builder:
             else:
                 const = ci.operand.type.is_scalar or ci.const or draw.bool(0.5)
                 ids.append(self._node(Node(ci.operand, "const" if const else "input", ci.value)))
-        outs = [self._node(Node(o, "internal", e, _exact_output(record, sig, var_, k, inputs_exact)))
-                for k, (o, e) in enumerate(zip(case.outputs, case.expected, strict=True))]
+        outs = [self._node(Node(o, "internal", e, _exact_output(record, sig, var_, a, inputs_exact)))
+                for a, o, e in zip(sig.output_args(len(case.outputs)), case.outputs, case.expected,
+                                   strict=True)]
         g.ops.append(Op(record.type, ids, outs))
         g.version = max(g.version, case.version)
         return True

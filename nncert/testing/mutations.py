@@ -470,6 +470,9 @@ def _remove_operation_input(model: Model) -> Iterator[tuple[str, Model]]:
 
 
 def _remove_operation_output(model: Model) -> Iterator[tuple[str, Model]]:
+    """An output dropped from an operation. Output lists are fixed per signature, but for a
+    variadic output (SPLIT's): there the shorter list still matches, and the operation's own
+    rule rejects it (SPLIT's outputs must number its constant num_splits)."""
     for n, op in enumerate(model.main.operations):
         for j in range(len(op.outputs)):
             m = model.copy()
