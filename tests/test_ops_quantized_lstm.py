@@ -455,3 +455,90 @@ def test_quantized_lstm_peephole_reaches_every_unit_with_a_projection():
     assert full[0, :outputs].tolist() == cut[0, :outputs].tolist()
     assert np.abs(full.astype(int) - cut.astype(int)).max() > 1000
     assert full.tolist() == case.expected[1].tolist()
+
+
+# ---------------------------------------------------------------------------------------
+# TFLite: the LiteRT exporter's file imported back (nncert/mlts/mappings/quantized_lstm.py)
+
+
+@pytest.mark.parametrize("op,seed", [("QUANTIZED_LSTM", s) for s in range(6)] +
+                         [("QUANTIZED_16BIT_LSTM", s) for s in range(3)])
+def test_tflite_round_trip(op, seed):
+    """HAL -> .tflite (the integer LSTM, or the basic kernel with its one concatenated
+    matrix) -> HAL gives the same stored values on the reference interpreter, bit for bit."""
+    pytest.importorskip("ai_edge_litert")
+    from nncert.drivers.litert.export import export
+    from nncert.hal.validation import validate_model
+    from nncert.mlts.tflite_import import import_tflite
+    from nncert.ops.interpreter import run_model
+
+    r = q._QLSTM_RECORD if op == "QUANTIZED_LSTM" else q._Q16_RECORD
+    case = sample_case(r, r.signatures[0], r.variants[0], seed=seed)
+    model, feeds = case.model()
+    back = import_tflite(export(model))
+    validate_model(back)
+    assert [o.type.name for o in back.main.operations] == [op]
+    for got, want in zip(run_model(back, feeds), run_model(model, feeds), strict=True):
+        got = np.asarray(got)
+        assert got.dtype == want.dtype and got.reshape(want.shape).tolist() == want.tolist()
+
+
+def test_basic_lstm_matrix_split_inverts_the_concatenation():
+    rng = np.random.default_rng(0)
+    n_in, n_out = 3, 2
+    value = {f"{k}_to_{g}_weights": rng.integers(0, 255, (n_out, n_in if k == "input" else n_out))
+             for k in ("input", "recurrent") for g in q._GATES}
+    value.update({f"{g}_gate_bias": rng.integers(-99, 99, n_out) for g in q._GATES})
+    w, b = q.basic_concatenate(value.__getitem__)
+    assert w.shape == (4 * n_out, n_out + n_in)
+    # the cell gate's block is the second, its recurrent weights the first columns
+    assert w[n_out:2 * n_out, :n_out].tolist() == value["recurrent_to_cell_weights"].tolist()
+    back = q.basic_split(w, b, n_out)
+    assert {k: v.tolist() for k, v in back.items()} == {k: v.tolist() for k, v in value.items()}
+
+
+def test_integer_lstm_with_variable_state_streams_as_litert_runs():
+    """The converter's form (state in variable tensors, not model inputs or outputs) imports
+    with the state as streaming state, starting where TFLite resets it (the int8 output
+    state at its zero point): three executions, each state fed back, match three LiteRT
+    invocations bit for bit."""
+    pytest.importorskip("ai_edge_litert")
+    import flatbuffers
+    from ai_edge_litert.interpreter import Interpreter
+
+    from nncert.drivers.litert.export import export, fb
+    from nncert.mlts.tflite_import import import_report, import_tflite
+    from nncert.ops.interpreter import run_model
+
+    # seed 9: output state zero point -7, no peepholes; starting from 0 instead of the zero
+    # point changes the first output by up to 4 steps
+    case = _qlstm_case(9)
+    assert context_for(case).operand("output_state_in").zero_point == -7
+    assert not context_for(case).has("cell_to_forget_weights")
+    model, feeds = case.model()
+    m = fb.ModelT.InitFromPackedBuf(export(model), 0)
+    sg = m.subgraphs[0]
+    lstm = sg.operators[0]
+    x_t, out_t = int(lstm.inputs[0]), int(lstm.outputs[0])
+    sg.inputs, sg.outputs = [x_t], [out_t]
+    b = flatbuffers.Builder(0)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    data = bytes(b.Output())
+    report = import_report(data)
+    assert report.importable and len(report.state) == 2
+    back = import_tflite(data)
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    x_pos = next(i for i, ci in enumerate(ci for ci in case.inputs if ci.operand is not None and not ci.const)
+                 if ci.arg.name == "input")
+    rng = np.random.default_rng(5)
+    state = [s.initial for s in sorted(report.state, key=lambda s: s.input_index)]
+    assert state[0].tolist() == np.full_like(state[0], report.state[0].zero_point).tolist()
+    for step in range(3):
+        x = feeds[x_pos] if step == 0 else rng.integers(-128, 127, feeds[x_pos].shape).astype(np.int8)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        got = run_model(back, [x, *state])
+        assert got[0].reshape(want.shape).tolist() == want.tolist(), f"execution {step}"
+        state = [got[s.output_index] for s in sorted(report.state, key=lambda s: s.input_index)]

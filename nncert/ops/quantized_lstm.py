@@ -323,6 +323,34 @@ _Q16_LSTM = Signature(
 
 _GATES = ("input", "forget", "cell", "output")
 
+#: The gate order of the one weight matrix of TFLite's basic LSTM kernel (which Android's CPU
+#: implementation builds from the eight HAL matrices): blocks of output_size rows.
+BASIC_GATE_ORDER = ("input", "cell", "forget", "output")
+
+
+def basic_gate_weights(recurrent: np.ndarray, input_: np.ndarray) -> np.ndarray:
+    """One gate's block of the basic kernel's matrix: [recurrent weights | input weights]."""
+    return np.concatenate([recurrent, input_], axis=1)
+
+
+def basic_concatenate(value) -> tuple[np.ndarray, np.ndarray]:
+    """The basic kernel's weights [4 * output_size, output_size + input_size] and bias
+    [4 * output_size] from the HAL inputs (``value``: name -> stored values)."""
+    w = np.concatenate([basic_gate_weights(value(f"recurrent_to_{g}_weights"), value(f"input_to_{g}_weights"))
+                        for g in BASIC_GATE_ORDER])
+    return w, np.concatenate([value(f"{g}_gate_bias") for g in BASIC_GATE_ORDER])
+
+
+def basic_split(weights: np.ndarray, bias: np.ndarray, output_size: int) -> dict[str, np.ndarray]:
+    """``basic_concatenate`` undone: HAL input name -> stored values."""
+    out: dict[str, np.ndarray] = {}
+    for k, g in enumerate(BASIC_GATE_ORDER):
+        rows = slice(k * output_size, (k + 1) * output_size)
+        out[f"recurrent_to_{g}_weights"] = weights[rows, :output_size]
+        out[f"input_to_{g}_weights"] = weights[rows, output_size:]
+        out[f"{g}_gate_bias"] = bias[rows]
+    return out
+
 
 def _q16_sizes(ctx: OpContext) -> tuple[int, int, int]:
     batches, input_size = ctx.dims("input")
@@ -364,8 +392,8 @@ def _q16_kernel(ctx: OpContext) -> list[np.ndarray]:
     act = {}
     xh = np.concatenate([x, h], axis=1)
     for g in _GATES:
-        w = np.concatenate([_i64(ctx.value(f"recurrent_to_{g}_weights")),
-                            _i64(ctx.value(f"input_to_{g}_weights"))], axis=1) - wzp
+        w = basic_gate_weights(_i64(ctx.value(f"recurrent_to_{g}_weights")),
+                               _i64(ctx.value(f"input_to_{g}_weights"))) - wzp
         acc = wrap(_matmul(xh, w) + _i64(ctx.value(f"{g}_gate_bias")), 32)
         act[g] = saturate(mul_by_multiplier(acc, m, s), 16)  # Q3.12
     i, f, o = (logistic(act[g], 3) for g in ("input", "forget", "output"))

@@ -14,8 +14,10 @@ sequence operations, their HAL 1.3 form with state outputs). Hybrid
 models (int8 weights of a float LSTM) get their weights dequantised into float constants,
 as FULLY_CONNECTED does.
 
-Declined: the basic LSTM kernel (kernel_type BASIC, four-tensor form), quantised LSTMs (the
-quantized_lstm family), activations other than none, RELU, RELU6 and tanh.
+The quantised kernels are ``mappings/quantized_lstm.py``'s: the basic kernel (kernel_type
+BASIC) becomes QUANTIZED_16BIT_LSTM, the fully integer one (int8 input) QUANTIZED_LSTM.
+
+Declined: other quantised LSTMs, activations other than none, RELU, RELU6 and tanh.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
+from nncert.mlts.mappings import quantized_lstm
 from nncert.mlts.tflite_graph import Node, Spec, Unmapped
 
 _ACTIVATIONS = (0, 1, 3, 4)  # TFLite's codes of none, RELU, RELU6, tanh are NNAPI's
@@ -91,7 +94,9 @@ def _layer_norm(n: Node, first: int, t: T) -> list[int]:
 
 def _lstm(n: Node) -> None:
     if int(n.opt("kernelType", 0)) != 0:
-        raise Unmapped("the basic LSTM kernel (kernel_type BASIC)")
+        return quantized_lstm.basic_lstm(n)
+    if n.g.spec(n.x(0)).type is T.TENSOR_QUANT8_ASYMM_SIGNED:
+        return quantized_lstm.integer_lstm(n)
     t = _float_type(n)
     ins = [n.x(0), *_cell(n, 1, t), _state(n, 18, t), _state(n, 19, t), *_params(n, t)]
     if any(n.present(k) for k in range(20, 24)):

@@ -15,8 +15,9 @@ normalisation (TFLite then ignores them and reads the gate pre-activations as Q3
 QUANTIZED_16BIT_LSTM is TFLite's basic LSTM kernel (kernel_type BASIC: input, previous
 output, one concatenated weight matrix, one bias vector, previous cell state in; output,
 cell state and two scratch tensors out), which Android's CPU implementation calls: the
-weights are concatenated as it does ([recurrent | input] columns, gate rows input, cell,
-forget, output), the biases in that gate order.
+weights are concatenated as it does (``nncert.ops.quantized_lstm.basic_concatenate``:
+[recurrent | input] columns, gate rows input, cell, forget, output), the biases in that gate
+order.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from nncert.drivers.litert.mappings.lstm import _as_output
 from nncert.hal.transform import CONSTANT
 from nncert.hal.types import OperandLifeTime
 from nncert.hal.types import OperationType as Op
+from nncert.ops.quantized_lstm import basic_concatenate
 
 try:
     from ai_edge_litert import schema_py_generated as fb
@@ -98,11 +100,8 @@ def _quantized_lstm(n: Any) -> None:
 
 def _quantized_16bit_lstm(n: Any) -> None:
     g = n.g
-    order = ("input", "cell", "forget", "output")
     try:
-        w = np.concatenate([np.concatenate([n.value(f"recurrent_to_{x}_weights"),
-                                            n.value(f"input_to_{x}_weights")], axis=1) for x in order])
-        bias = np.concatenate([n.value(f"{x}_gate_bias") for x in order])
+        w, bias = basic_concatenate(n.value)
     except Unmappable:
         raise Unmappable("the exporter concatenates QUANTIZED_16BIT_LSTM's weights and biases into "
                          "TFLite's one matrix at export time: they must be constants") from None
