@@ -55,7 +55,10 @@ with the other two peepholes; a clip that is not above 0 (negative, NaN) is no c
 Where this follows TFLite's integer LSTM rather than Android's CPU implementation: the
 CPU implementation ignores the gate biases when there is no layer normalisation (it builds
 the effective biases without them), reads the output cell state buffer, before it is
-written, for the input and forget gate peepholes, dereferences a missing projection bias,
+written, for the input and forget gate peepholes (and, as TFLite's integer kernel does,
+applies each peephole to only the first output_size units, a stride of output_size through
+the [batch, units] buffers: NNAPI's peephole has one weight per unit, applied here to all),
+dereferences a missing projection bias,
 quantises the projection clip by the projection weights' scale, and subtracts the hidden
 zero point where the usual convention (real = (q - zero point) x scale) adds it. The
 documentation gives none of that: here the biases count, the input and forget peepholes
