@@ -197,3 +197,105 @@ def test_activation_2_is_invalid():
     ctx._values[ctx.positions("activation")[0]] = 2
     with pytest.raises(ShapeError, match="activation 2"):
         case.record.check(ctx)
+
+
+# ---------------------------------------------------------------------------------------
+# Exports (nncert/drivers/onnxruntime/mappings/lstm.py, nncert/drivers/litert/mappings/lstm.py)
+
+
+def _float32_cases(name, seeds=range(12)):
+    """float32 cases of every signature of ``name`` over ``seeds``, with their contexts."""
+    record = get(getattr(Op, name))
+    var = next(v for v in record.variants if v.label == "float32")
+    for sig in record.signatures:
+        for seed in seeds:
+            case = sample_case(record, sig, var, seed=seed)
+            yield case, context_for(case)
+
+
+def _sizes(ctx, p):
+    return ctx.dims(p + "input_to_output_weights"), ctx.dims(p + "recurrent_to_output_weights")
+
+
+def _features(name, ctx):
+    p = "fw_" if name.startswith("BI") else ""
+    got = {"cifg": not ctx.has(p + "input_to_input_weights"),
+           "peephole": ctx.has(p + "cell_to_forget_weights"),
+           "projection": ctx.has(p + "projection_weights"),
+           "layer_norm": ctx.has(p + "forget_layer_norm_weights"),
+           "sigmoid": int(ctx.value("activation")) == 6, "cell_clip": float(ctx.value("cell_clip")) > 0}
+    if name != "LSTM":
+        got["batch_major"] = not ctx.value("time_major")
+    if p:
+        link = "none" if not ctx.has("aux_input") else \
+            "cross" if ctx.has("fw_aux_input_to_forget_weights") else "parallel"
+        got[link] = True
+        got["merged"] = bool(ctx.value("merge_outputs"))
+        got["unequal_cells"] = _sizes(ctx, "fw_") != _sizes(ctx, "bw_")
+    return {k for k, v in got.items() if v}
+
+
+@pytest.mark.parametrize("name", ["LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM"])
+def test_onnx_export_matches_reference_for_every_option(name):
+    """The unrolled ONNX composition on ONNX Runtime agrees with the float64 kernel to float32
+    rounding on float32 cases covering every option group (checked to be covered)."""
+    ort = pytest.importorskip("onnxruntime")
+    from nncert.drivers.onnxruntime.export import export as to_onnx
+
+    seen = set()
+    for case, ctx in _float32_cases(name, range(20 if name == "LSTM" else 12)):
+        seen |= _features(name, ctx)
+        model, feeds = case.model()
+        session = ort.InferenceSession(to_onnx(model).SerializeToString(), providers=["CPUExecutionProvider"])
+        got = session.run(None, {i.name: f for i, f in zip(session.get_inputs(), feeds, strict=True)})
+        for k, (want, have) in enumerate(zip(case.expected, got, strict=True)):
+            assert have.shape == want.shape, (case.id, k)
+            if name == "LSTM" and k == 0:
+                continue  # the scratch buffer: implementation-defined content
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5, err_msg=f"{case.id} output {k}")
+    want = {"cifg", "peephole", "projection", "layer_norm", "sigmoid", "cell_clip"}
+    if name != "LSTM":
+        want.add("batch_major")
+    if name.startswith("BI"):
+        want |= {"cross", "parallel", "merged", "unequal_cells"}
+    assert want <= seen, f"not drawn: {sorted(want - seen)}"
+
+
+def test_litert_bidirectional_native_and_two_cells_match_reference():
+    """BIDIRECTIONAL_SEQUENCE_LSTM on LiteRT: TFLite's own operator where it takes the
+    instance (equal cells, no layer norm), two UNIDIRECTIONAL_SEQUENCE_LSTMs otherwise; both
+    agree with the kernel (activations other than NONE, where LiteRT has a known defect, and
+    sigmoid, which TFLite lacks); and the TFLite importer brings either form back to the same
+    results."""
+    pytest.importorskip("ai_edge_litert")
+    from ai_edge_litert.interpreter import Interpreter
+
+    from nncert.drivers.litert.export import export as to_tflite
+    from nncert.mlts.tflite_import import import_tflite
+    from nncert.ops.interpreter import run_model
+
+    forms = set()
+    for case, ctx in _float32_cases("BIDIRECTIONAL_SEQUENCE_LSTM"):
+        if int(ctx.value("activation")) in (0, 6):
+            continue
+        model, feeds = case.model()
+        data = to_tflite(model)
+        it = Interpreter(model_content=data)
+        it.allocate_tensors()
+        ops = {d["op_name"] for d in it._get_ops_details()}
+        native = "BIDIRECTIONAL_SEQUENCE_LSTM" in ops
+        assert native or ops >= {"UNIDIRECTIONAL_SEQUENCE_LSTM", "REVERSE_V2"}, ops
+        same = _sizes(ctx, "fw_") == _sizes(ctx, "bw_")
+        assert native == (not ctx.has("fw_forget_layer_norm_weights") and same
+                          and (not ctx.has("aux_input") or ctx.has("fw_aux_input_to_forget_weights")
+                               or ctx.dims("aux_input") == ctx.dims("input")))
+        forms.add(native)
+        for d, f in zip(it.get_input_details(), feeds, strict=True):
+            it.set_tensor(d["index"], f)
+        it.invoke()
+        got = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        back = run_model(import_tflite(data), feeds)
+        for k, want in enumerate(case.expected):
+            np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-5, err_msg=f"{case.id} output {k}")
+            np.testing.assert_allclose(back[k], want, rtol=1e-4, atol=1e-5, err_msg=f"{case.id} imported {k}")
+    assert forms == {True, False}
