@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.ops import get
 from nncert.ops.base import from_real
@@ -220,3 +221,106 @@ def test_litert_custom_options_round_trip():
     assert opts == {"max_detections": 3, "max_classes_per_detection": 1, "detections_per_class": 2,
                     "use_regular_nms": True, "nms_score_threshold": 0.5, "nms_iou_threshold": 0.25,
                     "num_classes": 2, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0}
+
+
+# ---------------------------------------------------------------------------------------
+# The ONNX Runtime compositions on hand-picked inputs: every decision the samplers keep away
+# from its threshold is met here exactly at it (IoU exactly 0.5 with threshold 0.5, which
+# Android suppresses and ONNX's IoU > threshold would not)
+
+
+def _ort(op, inputs, outs):
+    """One ``op`` whose tensor inputs are model inputs (``inputs``: arrays, float32 or int32,
+    and Python scalars as constants; ``outs``: (type, dims)), exported to ONNX and run."""
+    ort = pytest.importorskip("onnxruntime")
+    from nncert.drivers.onnxruntime.export import export
+    from nncert.hal.builder import ModelBuilder
+
+    b = ModelBuilder()
+    idx, feeds, model_inputs = [], [], []
+    for v in inputs:
+        if isinstance(v, bool):
+            idx.append(b.constant(T.BOOL, v))
+        elif isinstance(v, int):
+            idx.append(b.constant(T.INT32, v))
+        elif isinstance(v, float):
+            idx.append(b.constant(T.FLOAT32, v))
+        else:
+            t = T.TENSOR_INT32 if np.asarray(v).dtype.kind == "i" else T.TENSOR_FLOAT32
+            idx.append(b.operand(t, np.shape(v)))
+            model_inputs.append(idx[-1])
+            feeds.append(np.asarray(v, np.int32 if t is T.TENSOR_INT32 else np.float32))
+    out = [b.operand(t, d) for t, d in outs]
+    b.operation(op, idx, out)
+    model = b.build(model_inputs, out)
+    session = ort.InferenceSession(export(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: f for i, f in zip(session.get_inputs(), feeds, strict=True)})
+
+
+HALF_A, HALF_B = [0, 0, 3, 2], [1, 0, 4, 2]  # IoU exactly 0.5 (intersection 4, union 8)
+T_F32, T_I32 = T.TENSOR_FLOAT32, T.TENSOR_INT32
+
+
+def test_onnx_box_with_nms_limit_hard_kernel_matches_android_at_every_threshold():
+    # 5 rois in three runs of batch values 0, 1, 0; classes 0 (background), 1, 2
+    scores = np.array([[0.99, 0.9, 0.55], [0.99, 0.8, 0.7], [0.0, 0.05, 0.4], [0.0, 0.95, 0.2],
+                       [0.0, 0.3, 0.05]])
+    boxes = np.zeros((5, 12))
+    boxes[0, 4:8], boxes[1, 4:8] = HALF_A, HALF_B  # class 1: roi 1 suppressed by roi 0 (IoU = 0.5)
+    boxes[0, 8:], boxes[1, 8:] = [0, 5, 1, 6], [3, 5, 4, 6]
+    boxes[2, 4:8], boxes[3, 4:8] = [0, 0, 2, 2], [5, 5, 7, 7]
+    boxes[2, 8:], boxes[3, 8:] = [0, 0, 1, 1], [4, 4, 5, 5]
+    boxes[4] = np.tile([1, 1, 2, 2], 3)
+    batches = np.array([0, 0, 1, 1, 0])
+    p = dict(score_threshold=0.1, max_detections=2, nms_kernel=0, iou_threshold=0.5, sigma=1.0,
+             nms_score_threshold=0.5)
+    want = bwn_reference(scores, boxes, batches, p)
+    # run 0: (class 1, 0.9), (class 2, 0.7) kept, 0.8 suppressed at IoU = threshold, 0.55 over the
+    # cap of 2; run 1: class 2's best 0.4 stays under nms_score_threshold, its 0.2 does not;
+    # run 2: class 1's 0.3 alone (class 2's 0.05 is under score_threshold)
+    assert want[0].tolist() == pytest.approx([0.9, 0.7, 0.95, 0.4, 0.3])
+    assert want[3].tolist() == [0, 0, 1, 1, 0]
+    got = _ort(Op.BOX_WITH_NMS_LIMIT,
+               [scores, boxes, batches, *p.values()],
+               [(T_F32, (5,)), (T_F32, (5, 4)), (T_I32, (5,)), (T_I32, (5,))])
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_box_with_nms_limit_declines_what_it_cannot_express():
+    from nncert.drivers.compiled import Unmappable
+
+    scores, boxes, batches = np.full((2, 2), 0.5), np.tile([0, 0, 1, 1.0], (2, 2)), np.array([0, 0])
+    for kernel, nms_thr, words in ((1, 0.1, "linear kernel"), (2, 0.1, "gaussian kernel"),
+                                   (0, 0.0, "keeps suppressed boxes with score 0")):
+        with pytest.raises(Unmappable, match=words):
+            _ort(Op.BOX_WITH_NMS_LIMIT, [scores, boxes, batches, 0.1, -1, kernel, 0.5, 1.0, nms_thr],
+                 [(T_F32, (2,)), (T_F32, (2, 4)), (T_I32, (2,)), (T_I32, (2,))])
+
+
+def test_onnx_generate_proposals_pre_nms_min_size_and_suppression_at_the_threshold():
+    # two images, 1 x 2 positions, 2 anchors; stride 4; deltas 0: proposals are the anchors
+    anchors = np.array([HALF_A, HALF_B], float)
+    scores = np.array([[0.8, 0.9, 0.3, 0.95], [0.1, 0.2, 0.6, 0.5]]).reshape(2, 1, 2, 2)
+    deltas = np.zeros((2, 1, 2, 8))
+    info = np.array([[10, 6.5], [10, 20]])  # image 0: [5, 0, 6.5, 2] is 1.5 wide, not > min_size
+    p = dict(height_stride=4.0, width_stride=4.0, pre_nms_max=3, post_nms_max=0, iou_threshold=0.5,
+             min_size=1.5)
+    want = gp_reference(scores, deltas, anchors, info, p)
+    # image 0: 0.3 cut by pre_nms_max, 0.95 by min_size, 0.8 suppressed by 0.9 at IoU = threshold;
+    # image 1: 0.1 cut, 0.5 suppressed by 0.6
+    assert want[0].tolist() == pytest.approx([0.9, 0.6, 0.2]) and want[2].tolist() == [0, 1, 1]
+    got = _ort(Op.GENERATE_PROPOSALS,
+               [scores, deltas, anchors, info, *p.values(), False],
+               [(T_F32, (3,)), (T_F32, (3, 4)), (T_I32, (3,))])
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_axis_aligned_bbox_transform_by_batch_index():
+    rois = np.array([[1, 1, 3, 3.0], [0, 0, 1, 1], [2, 2, 4, 4]])
+    deltas = np.array([[0, 0, math.log(2), math.log(2)], [1, 0, 0, 0], [0.5, -0.5, 0, 0.25]])
+    info = np.array([[3, 5.0], [10, 10]])
+    batches = np.array([0, 1, 0])
+    got = _ort(Op.AXIS_ALIGNED_BBOX_TRANSFORM, [rois, deltas, batches, info], [(T_F32, (3, 4))])
+    np.testing.assert_allclose(got[0], aabt_reference(rois, deltas, batches, info), rtol=1e-6, atol=1e-6)
