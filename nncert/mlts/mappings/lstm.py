@@ -4,15 +4,14 @@ are in TFLite's order (NNAPI adds the scalar parameters, and BIDIRECTIONAL_SEQUE
 eight layer-normalisation inputs, which TFLite's operator lacks).
 
 State: TFLite keeps an LSTM's output and cell state in variable tensors (zero at the start,
-overwritten by every invocation). The imported model starts each execution from that zero
-state: a variable state input becomes a constant of zeros, which is exactly the file's first
-invocation (and every invocation of a caller that resets variables between sequences). A
-state tensor that is a model input, or another operator's output, is used as it is (the
-LiteRT exporter's form: the caller writes the variable before every invocation). A state
-variable the file reads back as a model output is the operation's state output (for the
-sequence operations, their HAL 1.3 form with state outputs). Hybrid
-models (int8 weights of a float LSTM) get their weights dequantised into float constants,
-as FULLY_CONNECTED does.
+overwritten by every invocation); ``mappings/state.py`` maps them as it does every recurrent
+operator's: a variable of the main subgraph becomes streaming state (a state input of the
+HAL model, initial value zeros, and the operation's state output as the matching state
+output), a state tensor that is a model input or another operator's output is read as it
+is (the LiteRT exporter's form). LSTM's state outputs are its outputs 1 and 2; the sequence
+operations take their HAL 1.3 form with state outputs where the new state is wanted
+(streamed, or read after the operator). Hybrid models (int8 weights of a float LSTM) get
+their weights dequantised into float constants, as FULLY_CONNECTED does.
 
 The quantised kernels are ``mappings/quantized_lstm.py``'s: the basic kernel (kernel_type
 BASIC) becomes QUANTIZED_16BIT_LSTM, the fully integer one (int8 input) QUANTIZED_LSTM.
@@ -22,12 +21,10 @@ Declined: other quantised LSTMs, activations other than none, RELU, RELU6 and ta
 
 from __future__ import annotations
 
-import numpy as np
-
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
-from nncert.mlts.mappings import quantized_lstm
-from nncert.mlts.tflite_graph import Node, Spec, Unmapped
+from nncert.mlts.mappings import quantized_lstm, state
+from nncert.mlts.tflite_graph import Node, Unmapped
 
 _ACTIVATIONS = (0, 1, 3, 4)  # TFLite's codes of none, RELU, RELU6, tanh are NNAPI's
 
@@ -49,29 +46,8 @@ def _input(n: Node, k: int, t: T) -> int:
     return _float_weights(n, k, n.x(0))
 
 
-def _state(n: Node, k: int, t: T) -> int:
-    tensor = n.tensor(k)
-    if getattr(tensor, "isVariable", False) and n.inputs[k] not in n.sub.hal:
-        from nncert.mlts.tflite_graph import tensor_dims
-
-        dims = tensor_dims(tensor)
-        return n.g.const(Spec(t), np.zeros(dims, np.float32 if t is T.TENSOR_FLOAT32 else np.float16))
-    return n.x(k)
-
-
-def _read_back(n: Node, ks: range) -> bool:
-    """Whether the file reads a state variable back as a model output (after the operator
-    has updated it in place): the sequence operations then need their state outputs (1.3)."""
-    outputs = {int(i) for i in (n.sub.sg.outputs if n.sub.sg.outputs is not None else [])}
-    return any(getattr(n.tensor(k), "isVariable", False) and n.inputs[k] in outputs for k in ks)
-
-
-def _updated(n: Node, ks: range, outs: list[int]) -> None:
-    """The state variables at inputs ``ks`` hold outputs ``outs`` once the operator has run:
-    later readers (and model outputs) see those."""
-    for k, idx in zip(ks, outs, strict=True):
-        if getattr(n.tensor(k), "isVariable", False):
-            n.sub.hal[n.inputs[k]] = idx
+def _states(n: Node, ks: range, t: T) -> list[int]:
+    return [state.state_input(n, k, t)[0] for k in ks]
 
 
 def _params(n: Node, t: T) -> list[int]:
@@ -98,41 +74,41 @@ def _lstm(n: Node) -> None:
     if n.g.spec(n.x(0)).type is T.TENSOR_QUANT8_ASYMM_SIGNED:
         return quantized_lstm.integer_lstm(n)
     t = _float_type(n)
-    ins = [n.x(0), *_cell(n, 1, t), _state(n, 18, t), _state(n, 19, t), *_params(n, t)]
+    ins = [n.x(0), *_cell(n, 1, t), *_states(n, range(18, 20), t), *_params(n, t)]
     if any(n.present(k) for k in range(20, 24)):
         ins += _layer_norm(n, 20, t)
     spec = n.out_spec(0)
     outs = n.g.op(Op.LSTM, ins, [spec] * 4)
     n.bind(0, outs[3])
-    _updated(n, range(18, 20), outs[1:3])
+    state.updated(n, range(18, 20), outs[1:3])
 
 
 def _unidirectional(n: Node) -> None:
     t = _float_type(n)
-    ins = [n.x(0), *_cell(n, 1, t), _state(n, 18, t), _state(n, 19, t), *_params(n, t),
+    ins = [n.x(0), *_cell(n, 1, t), *_states(n, range(18, 20), t), *_params(n, t),
            n.g.flag(bool(n.opt("timeMajor", False))), *_layer_norm(n, 20, t)]
     spec = n.out_spec(0)
-    states = _read_back(n, range(18, 20))
+    states = state.state_outputs(n, range(18, 20))
     outs = n.g.op(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [spec] * (3 if states else 1))
     n.bind(0, outs[0])
     if states:
-        _updated(n, range(18, 20), outs[1:])
+        state.updated(n, range(18, 20), outs[1:])
 
 
 def _bidirectional(n: Node) -> None:
     t = _float_type(n)
     merged = bool(n.opt("mergeOutputs", False))
-    ins = [n.x(0), *_cell(n, 1, t), *_cell(n, 18, t), *(_state(n, k, t) for k in range(35, 39)),
+    ins = [n.x(0), *_cell(n, 1, t), *_cell(n, 18, t), *_states(n, range(35, 39), t),
            n.x(39) if n.present(39) else n.g.no_value(t), *(_input(n, k, t) for k in range(40, 48)),
            *_params(n, t), n.g.flag(merged), n.g.flag(bool(n.opt("timeMajor", False))),
            *(n.g.no_value(t) for _ in range(8))]
     specs = [n.out_spec(0)] if merged else [n.out_spec(0), n.out_spec(1)]
-    states = _read_back(n, range(35, 39))
+    states = state.state_outputs(n, range(35, 39))
     outs = n.g.op(Op.BIDIRECTIONAL_SEQUENCE_LSTM, ins, specs + [specs[0]] * (4 if states else 0))
     for k in range(len(specs)):
         n.bind(k, outs[k])
     if states:
-        _updated(n, range(35, 39), outs[len(specs):])
+        state.updated(n, range(35, 39), outs[len(specs):])
 
 
 MAPPINGS = {"LSTM": _lstm, "UNIDIRECTIONAL_SEQUENCE_LSTM": _unidirectional,

@@ -17,12 +17,12 @@
   2^-11); other declared parameters are declined. A model that reads the scratch tensors is
   declined (NNAPI's operation has no such outputs).
 
-State: a state tensor that is a model input or another operator's output is used as it is
-(the LiteRT exporter's form). The integer LSTM's state in a variable tensor of the main
-subgraph (the converter's form) becomes streaming state, as the RNNs' does
-(``mappings/recurrent.py``): a state input of the HAL model whose initial value is what
-TFLite resets the variable to (the zero point for int8, 0 for int16), and the operation's
-state output as its state output. The outputs keep the file's quantisation: TFLite copies
+State: the integer LSTM's state tensors are mapped by ``mappings/state.py``, as every
+recurrent operator's: a variable tensor of the main subgraph (the converter's form) becomes
+streaming state, a state input of the HAL model whose initial value is what TFLite resets
+the variable to (the zero point for int8, 0 for int16) and the operation's state output as
+its state output; a state tensor that is a model input or another operator's output is used
+as it is (the LiteRT exporter's form). The outputs keep the file's quantisation: TFLite copies
 the output state's stored values into the output, as NNAPI's QUANTIZED_LSTM does whatever
 its outputs declare.
 """
@@ -35,7 +35,8 @@ import numpy as np
 
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
-from nncert.mlts.tflite_graph import Node, Spec, Unmapped, tensor_dims, tensor_name
+from nncert.mlts.mappings import state
+from nncert.mlts.tflite_graph import Node, Spec, Unmapped
 from nncert.ops.quantized_lstm import _GATES, basic_split
 
 Q8SYMM, Q16SYMM, I32 = T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_INT32
@@ -77,32 +78,6 @@ def _constant(n: Node, k: int, name: str, type_: T) -> int:
     return n.g.const(Spec(type_, scales[0] if scales else (0.0 if type_ is I32 else 1.0), 0), value)
 
 
-def _state(n: Node, k: int, type_: T) -> tuple[int, Any]:
-    """State input ``k``: (its HAL operand, the streaming variable it is, or None)."""
-    tensor = n.tensor(k)
-    if n.inputs[k] in n.sub.hal or not getattr(tensor, "isVariable", False):
-        x = n.x(k)
-        if n.g.spec(x).type is not type_:
-            raise Unmapped(f"the integer LSTM's state input {k} is {n.g.spec(x).type.name}, not {type_.name}")
-        return x, None
-    imp = n.sub.imp
-    if n.sub.index != imp.main_index:
-        raise Unmapped("the integer LSTM's state is a variable tensor outside the main subgraph")
-    from nncert.mlts.tflite_import import _Variable  # here: the importer imports this module
-
-    name = f"{n.code} state {tensor_name(tensor)}"
-    var = imp.variables.setdefault(name, _Variable(name))
-    if var.current is None:
-        var.spec, var.dims = n.sub.spec_of(tensor), tensor_dims(tensor)
-        if var.spec.type is not type_:
-            raise Unmapped(f"the integer LSTM's state variable is {var.spec.type.name}, not {type_.name}")
-        # TFLite resets an int8 variable to its zero point, any other to 0.
-        imp.initial[name] = np.full(var.dims, var.spec.zero_point, np.int8) if type_ is not Q16SYMM \
-            else np.zeros(var.dims, np.int16)
-        var.state_in = var.current = n.g.operand(var.spec, var.dims)
-    return var.current, var
-
-
 def integer_lstm(n: Node) -> None:
     """TFLite's fully integer (8x8_16) LSTM as QUANTIZED_LSTM."""
     inter = [int(i) for i in (n.op.intermediates if n.op.intermediates is not None else [])]
@@ -118,8 +93,8 @@ def integer_lstm(n: Node) -> None:
             raise Unmapped(f"the integer LSTM's intermediate tensor {k} has {len(s)} scales, not 1")
         scales.append((s[0], z[0] if z else 0))
     gate_scales = [s for s, _ in scales[:4]] if norm else [2.0**-12] * 4
-    h, h_var = _state(n, 18, T.TENSOR_QUANT8_ASYMM_SIGNED)
-    c, c_var = _state(n, 19, Q16SYMM)
+    h, _ = state.state_input(n, 18, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    c, _ = state.state_input(n, 19, Q16SYMM)
     g = n.g
     f32 = T.FLOAT32
     ins = [x, *(_constant(n, k, name, t) for k, name, t in _WEIGHTS), h, c,
@@ -130,11 +105,7 @@ def integer_lstm(n: Node) -> None:
            g.i32(scales[4][1]), g.scalar(f32, float(np.float32(scales[4][0])))]
     h_out, c_out, out = g.op(Op.QUANTIZED_LSTM, ins, [g.spec(h), g.spec(c), n.out_spec(0)], reinterpret=True)
     n.bind(0, out)
-    for k, var, new in ((18, h_var, h_out), (19, c_var, c_out)):
-        if var is not None:
-            var.current = new
-        elif getattr(n.tensor(k), "isVariable", False):
-            n.sub.hal[n.inputs[k]] = new  # later readers (and model outputs) see the new state
+    state.updated(n, (18, 19), (h_out, c_out))
 
 
 def basic_lstm(n: Node) -> None:
