@@ -21,9 +21,24 @@ def test_ops_lists_the_catalogue(capsys):
     assert "CONV_2D" in out and "operations" in out.splitlines()[-1]
     assert main(["ops", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) >= 60
     add = next(r for r in rows if r["operation"] == "ADD")
     assert add["since"] == "1.0" and "float32" in add["variants"]["1.0"]
+
+
+def test_ops_lists_every_hal_operation(capsys):
+    """Every operation of HAL 1.3 and feature levels 6-7 (OEM_OPERATION excepted: its meaning is
+    the vendor's), each with at least one type variant unless it is control flow."""
+    from nncert.hal.types import OperationType
+
+    assert main(["ops", "--json"]) == 0
+    rows = {r["operation"]: r for r in json.loads(capsys.readouterr().out)}
+    every = {op.name for op in OperationType if op is not OperationType.OEM_OPERATION}
+    assert len(every) == 106
+    assert sorted(every - set(rows)) == []
+    assert len(rows) == 106
+    assert [name for name, r in rows.items() if not r["variants"] and name not in ("IF", "WHILE")] == []
+    assert main(["ops"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("106 operations")
 
 
 def test_drivers_lists_reference_and_mutants(capsys):
