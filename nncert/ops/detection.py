@@ -618,14 +618,65 @@ def _delta_quant(t: T) -> tuple[float, int]:
     return 1 / 64, (0 if t is _Q8S else 128)
 
 
-def _aabt_sample(s: SampleContext) -> None:
+#: Detectron's (and Caffe2's) clamp of dw and dh before exp: log(1000 / 16). Android's CPU
+#: kernel (bboxTransformFloat32 in GenerateProposals.cpp) has no such clamp: exp(dw) as it
+#: is, the box then clipped to its image. The large_deltas edge draws dw past it.
+DETECTRON_DELTA_CLIP = math.log(1000.0 / 16.0)
+
+
+def _aabt_deltas(s: SampleContext, rois: np.ndarray, info: np.ndarray, batches: np.ndarray,
+                 c: int, edge: str) -> np.ndarray:
+    """Real deltas [r, 4 * c] for ``edge`` (see _aabt_sample)."""
+    r = rois.shape[0]
+    deltas = s.draw.array((r, c, 4), -0.6, 0.6)
+    if edge == "large_deltas":  # dw well past the clamp, dh past it either way
+        deltas[..., 2] = s.draw.array((r, c), 4.5, 5.0)
+        deltas[..., 3] = s.draw.array((r, c), 4.5, 5.0) * np.where(s.draw.integers((r, c), 0, 1), 1, -1)
+        deltas[..., :2] = s.draw.array((r, c, 2), -0.1, 0.1)
+    elif edge == "past_border":
+        # Class 0 centred on the top-left corner, class 1 on the bottom-right one (both clipped
+        # in half), class 2 wholly right of and above the image (clipped to a zero-size box).
+        w, h = rois[:, 2] - rois[:, 0], rois[:, 3] - rois[:, 1]
+        cx, cy = rois[:, 0] + w / 2, rois[:, 1] + h / 2
+        ih, iw = info[batches, 0], info[batches, 1]
+        deltas[..., 2:] = s.draw.array((r, c, 2), -0.3, 0.3)
+        w2, h2 = w[:, None] * np.exp(deltas[..., 2]), h[:, None] * np.exp(deltas[..., 3])
+        to_x = np.stack([np.zeros(r), iw, iw], axis=1) + np.array([0.0, 0.0, 0.75]) * w2
+        to_y = np.stack([np.zeros(r), ih, np.zeros(r)], axis=1) - np.array([0.0, 0.0, 0.75]) * h2
+        deltas[..., 0] = (to_x - cx[:, None]) / w[:, None]
+        deltas[..., 1] = (to_y - cy[:, None]) / h[:, None]
+    return deltas.reshape(r, 4 * c)
+
+
+def _aabt_sample(s: SampleContext, edge: str = "") -> None:
+    """``edge``: "large_deltas" (dw, |dh| in [4.5, 5] on boxes of side 0.5..1 in the middle of
+    a 160 x 160 image: exp(dw) makes them 90..148 times wider, still inside the image, where
+    the Detectron clamp would stop at 62.5); "past_border" (three classes of deltas that move
+    each box onto the top-left corner, onto the bottom-right one and wholly past the right
+    and top borders); "zero_size_boxes" (rois with x1 = x2, y1 = y2 or both: zero stays zero
+    whatever dw, dh, a "+1" width convention does not)."""
     rt, dt = s.type("rois"), s.type("deltas")
     r, c, images = s.draw.int(1, 4), s.draw.int(1, 3), s.draw.int(1, 2)
+    if edge == "past_border":
+        c = 3
     info = np.array([[s.draw.int(4, 10), s.draw.int(4, 10)] for _ in range(images)], dtype=np.float64)
     batches = np.sort(np.array([s.draw.int(0, images - 1) for _ in range(r)]))
-    rois = _stored(_random_boxes(s, r, 8.0), rt, 0.125)
-    dscale, dzp = _delta_quant(dt)
-    deltas = _stored(s.draw.array((r, 4 * c), -0.6, 0.6), dt, dscale, dzp)
+    if edge == "large_deltas":
+        info[:] = 160.0
+        boxes = _random_boxes(s, r, 8.0, 0.5, 1.0) + 76.0
+    elif edge == "past_border":
+        boxes = _random_boxes(s, r, 4.0, 1.5, 3.0)
+    else:  # zero-size boxes inside every image (4 x 4 at least): none clipped
+        boxes = _random_boxes(s, r, 4.0 if edge == "zero_size_boxes" else 8.0)
+    if edge == "zero_size_boxes":
+        which = s.draw.integers((r,), 0, 2)  # 0: no width, 1: no height, 2: neither side
+        which[0] = 2
+        boxes[which != 1, 2] = boxes[which != 1, 0]
+        boxes[which != 0, 3] = boxes[which != 0, 1]
+    rois = _stored(boxes, rt, 0.125)
+    # Deltas of the edges run to about 8: a quantised type then needs a step of 1/16.
+    dscale, dzp = _delta_quant(dt) if not edge else (1 / 16, 0 if dt is _Q8S else 128)
+    deltas = _stored(_aabt_deltas(s, rois, info, batches, c, edge), dt, dscale, dzp)
     for name, value in (("rois", rois), ("image_info", info)):
         s.tensor(name, value.shape, value, scale=0.125 if rt.is_quant else None,
                  zero_point=0 if rt.is_quant else None)
@@ -643,6 +694,13 @@ AXIS_ALIGNED_BBOX_TRANSFORM = OpRecord(
     Op.AXIS_ALIGNED_BBOX_TRANSFORM, (_AABT_SIG,),
     (*variants(V.V1_2, _F32, _F16), variant(V.V1_2, T=_Q16A, D=_Q8), variant(V.V1_3, T=_Q16A, D=_Q8S)),
     _aabt_kernel, _aabt_shape, _aabt_sample, criterion="relaxed",
+    edges=tuple(edges.Edge(name, "detection", doc, sample=lambda s, name=name: _aabt_sample(s, name))
+                for name, doc in (
+                    ("large_deltas", "dw and |dh| of 4.5..5, past Detectron's clamp at log(1000/16), "
+                                     "which Android does not apply: boxes 90..148 times larger"),
+                    ("past_border", "boxes decoded onto the top-left and bottom-right corners and "
+                                    "wholly outside the image: clipped, the last to zero size"),
+                    ("zero_size_boxes", "rois of zero width, zero height or both: they stay so"))),
     graphs="its boxes must have x1 <= x2 and y1 <= y2 and its batch indices must name an image: "
            "values other operations compute do not keep either",
     doc="Move each box by per-class deltas [dx, dy, dw, dh] (centre-size, log-scale sizes) and "

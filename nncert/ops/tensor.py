@@ -30,6 +30,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -98,12 +99,21 @@ def _fill_value_type(b: dict[str, T]) -> T:
 _fill_value_type.__name__ = "scalar_of(T)"
 
 
-def _fill_sample(s: SampleContext) -> None:
+#: The largest finite value of each output type (its negation is the lowest, but for INT32).
+_TYPE_MAX = {_F16: 65504.0, _F32: float(np.finfo(np.float32).max), _I32: 2**31 - 1}
+
+
+def _fill_sample(s: SampleContext, one: bool = False, extreme: str = "") -> None:
+    """``one``: every dimension 1; ``extreme``: the value at the type's "max" or "lowest"."""
     rank = s.rank()
-    dims = s.dims(rank, 1, 4)
+    dims = (1,) * rank if one else s.dims(rank, 1, 4)
     # dims is data: a model input in some variations, the output shape then known at run time.
     s.tensor("dims", (rank,), value=np.array(dims, np.int32), const=s.draw.bool(0.7))
-    if s.variant.primary is _I32:
+    t = s.variant.primary
+    if extreme:
+        top = _TYPE_MAX[t]
+        s.scalar("value", top if extreme == "max" else -top - (t is _I32))
+    elif t is _I32:
         s.scalar("value", s.draw.int(-1000, 1000))
     else:
         s.scalar("value", round(s.draw.float(-4.0, 4.0), 3))
@@ -115,6 +125,14 @@ FILL = OpRecord(
                (Arg("output", ranks=_FROM_1),)),),
     tuple(variants(Version.V1_3, _F16, _F32, _I32)),
     _fill_kernel, _fill_shape, _fill_sample, criterion="strict",
+    edges=(edges.Edge("one_element", "fill", "every dimension 1 (rank 1..4): a single element, "
+                      "not a scalar", sample=lambda s: _fill_sample(s, one=True)),
+           edges.Edge("value_max", "fill", "value the type's largest finite value (FLT_MAX, "
+                      "65504, INT32_MAX): no saturation, rounding or overflow on the way",
+                      sample=lambda s: _fill_sample(s, extreme="max")),
+           edges.Edge("value_lowest", "fill", "value the type's lowest (-FLT_MAX, -65504, "
+                      "INT32_MIN, which has no positive counterpart)",
+                      sample=lambda s: _fill_sample(s, extreme="lowest"))),
     graphs="its output shape is the value of its dims tensor (data-dependent when dims is "
            "computed), and it consumes no other tensor",
     doc="a tensor of shape dims with every element equal to value",
@@ -134,9 +152,10 @@ def _rank_shape(ctx: OpContext) -> list[tuple[int, ...]]:
     return [()]
 
 
-def _rank_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)  # 4 at most: inputs_as_internal feeds them through ADD
-    dims = s.dims(rank, 1, 3)
+def _rank_sample(s: SampleContext, rank: int = 0, ones: bool = False) -> None:
+    """``rank``: that rank (else 1..4); ``ones``: every dimension 1."""
+    rank = rank or s.draw.int(1, 4)  # 4 at most: inputs_as_internal feeds them through ADD
+    dims = (1,) * rank if ones else s.dims(rank, 1, 3 if rank <= 4 else 2)
     if s.variant.primary is T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         s.tensor("input", dims, channel_dim=s.draw.int(0, rank - 1))
     else:
@@ -149,6 +168,14 @@ RANK = OpRecord(
     tuple(variants(Version.V1_3, *_RANK_TYPES)),
     lambda ctx: [np.int32(len(ctx.dims("input")))], _rank_shape, _rank_sample,
     criterion="strict", dequantize=False,
+    # Unit dimensions are where a driver that squeezes shapes (or takes [1] for a scalar)
+    # answers a smaller rank; rank 6 is beyond the 4 most kernels stop at ("from 1": no bound).
+    edges=(edges.Edge("rank_1_one_element", "rank", "input of shape [1]: rank 1, not a scalar",
+                      sample=lambda s: _rank_sample(s, 1, ones=True)),
+           edges.Edge("rank_4_ones", "rank", "input of shape [1, 1, 1, 1]: rank 4",
+                      sample=lambda s: _rank_sample(s, 4, ones=True)),
+           edges.Edge("rank_6", "rank", "a rank-6 input (sides 1..2): NNAPI bounds no rank",
+                      sample=lambda s: _rank_sample(s, 6))),
     graphs="its output is an INT32 scalar, which no operation of a random graph consumes",
     doc="the number of dimensions of input, as an INT32 scalar",
 )
@@ -192,18 +219,39 @@ def _bmm_kernel(ctx: OpContext) -> list[np.ndarray]:
     return [out.astype(np.int32) if ctx.variant.primary is _I32 else out]
 
 
-def _bmm_sample(s: SampleContext) -> None:
-    rank = s.draw.int(2, 4)
-    batch = list(s.dims(rank - 2, 1, 3)) if rank > 2 else []
-    r, k, c = (s.draw.int(1, 5) for _ in range(3))
-    adj_x, adj_y = s.draw.bool(), s.draw.bool()
-    s.tensor("input0", (*batch, *((k, r) if adj_x else (r, k))))
-    s.tensor("input1", (*batch, *((c, k) if adj_y else (k, c))))
+#: The inner (summed) dimension of the long_reduction edge.
+LONG_INNER = 512
+
+
+def _bmm_sample(s: SampleContext, edge: str = "") -> None:
+    """``edge``: "adj_both" (both slices transposed), "inner_1" (an outer product),
+    "batch_rank_4" (rank 4, batch dimensions 2..3), "long" (LONG_INNER products summed)."""
+    rank = 4 if edge == "batch_rank_4" else s.draw.int(2, 3 if edge == "long" else 4)
+    lo = 2 if edge in ("batch_rank_4", "long") else 1
+    batch = list(s.dims(rank - 2, lo, 3 if edge != "long" else 2)) if rank > 2 else []
+    r, k, c = (s.draw.int(1, 5 if edge != "long" else 3) for _ in range(3))
+    k = {"inner_1": 1, "long": LONG_INNER}.get(edge, k)
+    adj_x, adj_y = (True, True) if edge == "adj_both" else (s.draw.bool(), s.draw.bool())
+    d0, d1 = (*batch, *((k, r) if adj_x else (r, k))), (*batch, *((c, k) if adj_y else (k, c)))
+    if edge == "long" and s.variant.primary is _I32:
+        s.tensor("input0", d0, value=s.draw.integers(d0, -7, 7).astype(np.int32))
+        s.tensor("input1", d1, value=s.draw.integers(d1, -7, 7).astype(np.int32))
+    elif edge == "long" and not s.type("input0").is_quant:
+        # Multiples of 1/8 in (-1, 1): every partial sum exact in float32, in any order.
+        s.tensor("input0", d0, value=edges.grid(s, d0, -7, 7))
+        s.tensor("input1", d1, value=edges.grid(s, d1, -7, 7))
+    else:
+        s.tensor("input0", d0)
+        s.tensor("input1", d1)
     for name, v in (("adj_x", adj_x), ("adj_y", adj_y)):
-        if not v and s.draw.bool(0.2):
+        if not v and not edge and s.draw.bool(0.2):
             s.omit(name)  # NO_VALUE: the default, false
         else:
             s.scalar(name, v)
+
+
+def _bmm_edge(name: str, doc: str, edge: str) -> edges.Edge:
+    return edges.Edge(name, "matmul", doc, sample=lambda s: _bmm_sample(s, edge))
 
 
 BATCH_MATMUL = OpRecord(
@@ -214,6 +262,13 @@ BATCH_MATMUL = OpRecord(
                (Arg("output", ranks=(2, 3, 4)),)),),
     tuple(variants(Version.FL6, _F16, _F32, _Q8S, _I32)),
     _bmm_kernel, lambda ctx: [_bmm_plan(ctx)[2]], _bmm_sample, criterion="conv",
+    edges=(_bmm_edge("adj_both", "adj_x and adj_y both true: both slices transposed", "adj_both"),
+           _bmm_edge("inner_1", "inner dimension 1: each slice an outer product", "inner_1"),
+           _bmm_edge("batch_rank_4", "rank 4 with two batch dimensions of 2..3", "batch_rank_4"),
+           # Not heavy: at most 2 x 3 x 512 x 2 elements per input.
+           edges.Edge("long_reduction", "long", f"inner dimension {LONG_INNER}: dot products of "
+                      f"{LONG_INNER} terms (float data on a 1/8 grid, exact in float32)",
+                      sample=lambda s: _bmm_sample(s, "long"))),
     doc="per batch, input0 (transposed if adj_x) times input1 (transposed if adj_y)",
 )
 
@@ -247,11 +302,12 @@ def _pack_kernel(ctx: OpContext) -> list[np.ndarray]:
     return [np.stack(ctx.values("input"), axis=axis)]
 
 
-def _pack_sample(s: SampleContext) -> None:
+def _pack_sample(s: SampleContext, edge: str = "") -> None:
+    """``edge``: "axis_after_last" (axis = rank), "single_input" (N = 1)."""
     rank = s.draw.int(1, 4)
     dims = s.dims(rank, 1, 4)
-    n = s.draw.choice((1, 2, 2, 3, 4))
-    s.scalar("axis", s.draw.int(0, rank))
+    n = 1 if edge == "single_input" else s.draw.choice((1, 2, 2, 3, 4) if not edge else (2, 3, 4))
+    s.scalar("axis", rank if edge == "axis_after_last" else s.draw.int(0, rank))
     t = s.type("input")
     if t.is_quant:  # one scale and zero point for all (Android's rule)
         lo, hi = t.quant_range
@@ -272,6 +328,11 @@ PACK = OpRecord(
     # the shared quantisation edges, which draw each input's scale apart, do not apply.
     _pack_kernel, _pack_shape, _pack_sample, criterion="strict", dequantize=False,
     check=lambda ctx: _same_quant(ctx, "input"),
+    edges=(edges.Edge("axis_after_last", "pack", "axis = rank: the new dimension after the last "
+                      "(interleaving the inputs element by element)",
+                      sample=lambda s: _pack_sample(s, "axis_after_last")),
+           edges.Edge("single_input", "pack", "one input: a reshape that inserts a 1 at axis",
+                      sample=lambda s: _pack_sample(s, "single_input"))),
     doc="the N input tensors (one shape) stacked along a new dimension axis",
 )
 
@@ -313,12 +374,31 @@ def _mirror_kernel(ctx: OpContext) -> list[np.ndarray]:
     return [np.pad(ctx.value("input"), pads, mode="reflect" if mode == REFLECT else "symmetric")]
 
 
-def _mirror_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)
-    dims = s.dims(rank, 1, 4)
-    mode = s.draw.int(0, 1)
+def _mirror_sample(s: SampleContext, edge: str = "") -> None:
+    """``edge``: "reflect_widest" / "symmetric_widest" (every padding the largest valid:
+    dimension - 1 / dimension), "zero_some_axes" (some axes unpadded, the others padded),
+    "symmetric_axis_of_1" (a length-1 axis padded under SYMMETRIC, its one value repeated)."""
+    rank = s.draw.int(2 if edge in ("zero_some_axes", "symmetric_axis_of_1") else 1, 4)
+    dims = list(s.dims(rank, 2 if edge == "reflect_widest" else 1, 3 if edge.endswith("widest") else 4))
+    mode = {"reflect_widest": REFLECT, "symmetric_widest": SYMMETRIC,
+            "symmetric_axis_of_1": SYMMETRIC}.get(edge, s.draw.int(0, 1))
     limit = [d - 1 if mode == REFLECT else d for d in dims]
     pads = np.array([[s.draw.int(0, min(lim, 3)) for _ in range(2)] for lim in limit], np.int32)
+    if edge.endswith("widest"):
+        pads[:] = np.array(limit)[:, None]
+    elif edge == "zero_some_axes":
+        zero = s.draw.integers((rank,), 0, 1).astype(bool)
+        zero[s.draw.int(0, rank - 1)], padded = True, s.draw.int(0, rank - 2)
+        padded += padded >= int(np.argmax(zero))  # an axis other than one kept unpadded
+        zero[padded] = False
+        if limit[padded] == 0:  # REFLECT on a length-1 axis cannot pad: lengthen it
+            dims[padded], limit[padded] = 3, 2
+        pads[padded] = [s.draw.int(1, min(limit[padded], 3)), s.draw.int(0, min(limit[padded], 3))]
+        pads[zero] = 0
+    elif edge == "symmetric_axis_of_1":
+        axis = s.draw.int(0, rank - 1)
+        dims[axis] = 1
+        pads[axis] = [1, 1]
     s.tensor("input", dims)
     s.tensor("paddings", (rank, 2), value=pads.reshape(rank, 2), const=True)
     s.scalar("mode", mode)
@@ -330,6 +410,15 @@ MIRROR_PAD = OpRecord(
                (Arg("output", ranks=_FROM_1, quant=same_as("input")),)),),
     tuple(variants(Version.FL7, *_COPY_TYPES)),
     _mirror_kernel, _mirror_shape, _mirror_sample, criterion="strict",
+    edges=tuple(edges.Edge(name, "padding", doc, sample=lambda s, name=name: _mirror_sample(s, name))
+                for name, doc in (
+                    ("reflect_widest", "REFLECT with every padding dimension - 1 (the largest "
+                                       "valid): the mirror reaches the far border element"),
+                    ("symmetric_widest", "SYMMETRIC with every padding the dimension: a whole "
+                                         "reversed copy on each side"),
+                    ("zero_some_axes", "some axes unpadded (0, 0), at least one padded"),
+                    ("symmetric_axis_of_1", "SYMMETRIC padding 1 on each side of a length-1 axis: "
+                                            "its one value three times"))),
     doc="the input padded with its own mirror image: REFLECT (0) leaves out the border "
         "element, SYMMETRIC (1) repeats it",
 )
@@ -349,11 +438,16 @@ def _reverse_axis(ctx: OpContext) -> int:
     return axis
 
 
-def _reverse_sample(s: SampleContext) -> None:
-    rank = s.draw.int(1, 4)  # 4 at most: inputs_as_internal feeds them through ADD
-    dims = s.dims(rank, 1, 4)
+def _reverse_sample(s: SampleContext, edge: str = "") -> None:
+    """``edge``: "first_axis" / "last_axis" (that axis of a rank 2..4 input, of length 2..5),
+    "axis_of_1" (any axis of a rank 2..4 input, of length 1, the others 2..4)."""
+    rank = s.draw.int(2 if edge else 1, 4)  # 4 at most: inputs_as_internal feeds them through ADD
+    dims = list(s.dims(rank, 2 if edge == "axis_of_1" else 1, 4))
+    axis = {"first_axis": 0, "last_axis": rank - 1}.get(edge, s.draw.int(0, rank - 1))
+    if edge:
+        dims[axis] = 1 if edge == "axis_of_1" else s.draw.int(2, 5)
     s.tensor("input", dims)
-    s.tensor("axis", (1,), value=np.array([s.draw.int(0, rank - 1)], np.int32), const=True)
+    s.tensor("axis", (1,), value=np.array([axis], np.int32), const=True)
 
 
 REVERSE = OpRecord(
@@ -363,6 +457,12 @@ REVERSE = OpRecord(
     tuple(variants(Version.FL7, *_COPY_TYPES)),
     lambda ctx: [np.flip(ctx.value("input"), _reverse_axis(ctx))],
     lambda ctx: [(_reverse_axis(ctx), ctx.dims("input"))[1]], _reverse_sample, criterion="strict",
+    edges=(edges.Edge("first_axis", "reverse", "axis 0 of a rank 2..4 input: whole slices moved",
+                      sample=lambda s: _reverse_sample(s, "first_axis")),
+           edges.Edge("last_axis", "reverse", "the last axis of a rank 2..4 input: elements "
+                      "reversed within each innermost row", sample=lambda s: _reverse_sample(s, "last_axis")),
+           edges.Edge("axis_of_1", "length_1", "the reversed axis of length 1 (the identity), "
+                      "the others 2..4", sample=lambda s: _reverse_sample(s, "axis_of_1"))),
     doc="the input with dimension axis reversed",
 )
 
