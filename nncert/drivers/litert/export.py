@@ -237,6 +237,24 @@ class Graph:
             return src
         return self.unary("QUANTIZE", src, quant=quant)
 
+    def variable_copy(self, src: int, shape: Sequence[int] | None = None) -> int:
+        """A fresh variable tensor holding ``src``'s elements in ``shape`` (default: its own).
+        It is written by a SLICE of the whole tensor, never by an operator LiteRT may run in
+        place (RESHAPE, ADD, MUL, ...): LiteRT's ArenaPlanner lets such an operator's variable
+        output share its non-variable input's buffer (InputTensorCanBeShared checks only the
+        input's allocation type), then gives the variable no buffer at all (not allocated in
+        the persistent arena, not pointed at the shared one since the two are in different
+        arenas), so its reader fails with "Input tensor N lacks data", or an ADD into it
+        segfaults. The default XNNPACK delegate takes such copies and hides this; the builtin
+        and reference kernels show it."""
+        shape = list(self.shapes[src]) if shape is None else [int(d) for d in shape]
+        if shape != list(self.shapes[src]):
+            src = self.unary("RESHAPE", src, shape, extra=[self.const(shape)])
+        var = self.like(src)
+        self.tensors[var].isVariable = True
+        self.op("SLICE", [src, self.const([0] * len(shape)), self.const(shape)], [var])
+        return var
+
     def rewire(self, old: int, new: int) -> None:
         """Make every operator read and write ``new`` where it used ``old``."""
         for o in self.operators:

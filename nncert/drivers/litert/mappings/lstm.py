@@ -6,7 +6,9 @@ overwrites in place; HAL passes the state in as inputs and out as outputs, fresh
 execution. The export makes each HAL state input a variable tensor that the runtime writes
 before the operator runs: a model input is itself that variable (the driver sets it before
 every invocation), any other state (a constant, another operation's result) is copied into it
-by an ADD of zero, which runs before the LSTM at every invocation. The updated variable is the
+(``Graph.variable_copy``: a SLICE, which runs before the LSTM at every invocation; an ADD of
+zero, which LiteRT may run in place, left the variable without a buffer and segfaulted
+under the builtin and reference kernels). The updated variable is the
 HAL state output (``output_state_out``, ``cell_state_out``): after the operator has run it
 holds the last step's state. LSTM's scratch buffer, implementation-defined, is zeros (FILL).
 
@@ -64,10 +66,7 @@ def _state(n: Any, name: str) -> int:
     if operand.lifetime is OperandLifeTime.SUBGRAPH_INPUT and n.ex.sg is n.ex.model.main:
         g.tensors[t].isVariable = True
         return t
-    var = g.like(t)
-    g.tensors[var].isVariable = True
-    g.op("ADD", [t, g.const(np.zeros(1, np.float32), np.float32)], [var], "Add")
-    return var
+    return g.variable_copy(t)
 
 
 def _as_output(n: Any, k: int, tensor: int) -> None:

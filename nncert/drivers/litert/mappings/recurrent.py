@@ -5,8 +5,10 @@ TFLite keeps these operators' state in *variable* tensors, which the kernel read
 overwrites in place and which are not operator outputs; NNAPI passes the state in as an
 ordinary input and gives the new state back as an output. So:
 
-- the state input is copied (RESHAPE to its own shape) into a fresh variable tensor that
-  only the operator reads: the HAL operand itself is never written, whoever else reads it;
+- the state input is copied (``Graph.variable_copy``, a SLICE: never an operator LiteRT
+  may run in place, whose variable output it leaves without a buffer) into a fresh variable
+  tensor that only the operator reads: the HAL operand itself is never written, whoever
+  else reads it;
 - the state outputs are computed from the operator's outputs, never read back from the
   variable (no operator output depends on the in-place write, so a delegate or the
   scheduler may read it before the operator runs): an RNN's new state is its output, a
@@ -45,12 +47,7 @@ from nncert.hal.types import OperationType as Op
 
 def _variable(n: Node, name: str) -> int:
     """A fresh variable tensor holding input ``name``'s value, for the operator to consume."""
-    g = n.g
-    src = n.t(name)
-    var = g.like(src)
-    g.tensors[var].isVariable = True
-    g.op("RESHAPE", [src, g.const(list(g.shapes[src]))], [var])
-    return var
+    return n.g.variable_copy(n.t(name))
 
 
 def _slice_into(n: Node, src: int, begin: list[int], size: list[int], out: int) -> None:
@@ -148,15 +145,13 @@ def _svdf(n: Node) -> None:
     state = n.t("state_in")
     shape = [batch, filters, memory]
     per_filter = g.unary("RESHAPE", state, shape, extra=[g.const(shape)])
-    var = g.like(state)
-    g.tensors[var].isVariable = True
     if memory > 1:
         older = g.like(per_filter, [batch, filters, memory - 1])
         g.op("SLICE", [per_filter, g.const([0, 0, 0]), g.const([batch, filters, memory - 1])], [older])
         shifted = g.unary("PAD", older, [batch, filters, memory], extra=[g.const([[0, 0], [0, 0], [1, 0]])])
-        g.op("RESHAPE", [shifted, g.const([batch, filters * memory])], [var])
+        var = g.variable_copy(shifted, [batch, filters * memory])
     else:
-        g.op("RESHAPE", [state, g.const([batch, filters])], [var])
+        var = g.variable_copy(state, [batch, filters])
     bias = n.t("bias") if n.has("bias") else -1
     g.op("SVDF", [n.t("input"), n.t("weights_feature"), n.t("weights_time"), bias, var], [n.out(1)],
          "SVDF", rank=rank, fusedActivationFunction=int(n.scalar("act")))
