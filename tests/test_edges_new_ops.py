@@ -135,7 +135,7 @@ def test_rank_edges():
 def test_batch_matmul_edges():
     for case in _cases("BATCH_MATMUL", "adj_both"):
         assert [bool(ci.value) for ci in case.inputs[2:]] == [True, True], case.id
-    for case in _cases("BATCH_MATMUL", "long_reduction"):
+    for case in _cases("BATCH_MATMUL", "long_inner"):
         a = case.inputs[0]
         k = a.operand.dimensions[-2 if bool(case.inputs[2].value) else -1]
         assert k == LONG_INNER, case.id

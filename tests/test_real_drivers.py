@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import background_runs
 import numpy as np
 import pytest
 
@@ -144,10 +145,21 @@ def test_an_in_process_runtime_abort_costs_one_test_not_the_run(tmp_path, known)
         f"nncert: {len(tests)} tests over {processes} test processes")
 
 
+def _conformance_argv(spec: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--driver={spec}",
+            "--no-three-way", *args]
+
+
 def _conformance(spec: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"--driver={spec}", "--no-three-way", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    return background_runs.run(_conformance_argv(spec, *args), timeout=1500)
+
+
+def runs_to_start(item) -> list[list[str]]:
+    """The whole-suite runs the suite tests of this module wait on, started at collection
+    (tests/background_runs.py)."""
+    if item.originalname == "test_per_operation_and_validation_suites_have_no_unexpected_failure":
+        return [_conformance_argv(item.callspec.params["spec"], *item.callspec.params["suites"])]
+    return []
 
 
 OPS, VAL = "conformance/test_operations.py", "conformance/test_validation.py"

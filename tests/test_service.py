@@ -11,7 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import background_runs
 import numpy as np
 import pytest
 
@@ -626,22 +628,34 @@ def test_an_unreadable_burst_result_is_the_services_death(service):
 HOSTED_ONLY = {"test_malformed_queue_message_gets_an_error_result", "test_token_of_another_client"}
 
 
+def _whole_suite(spec: str) -> tuple[list[str], Path]:
+    """The run of the whole conformance suite on ``spec`` and the report it writes."""
+    report = background_runs.scratch() / f"{spec.replace(':', '_')}.json"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.executable, "-m", "pytest", os.path.join(root, "conformance"), "-q", "-p", "no:cacheprovider",
+            f"--driver={spec}", f"--nncert-report={report}"], report
+
+
+SERVICE_EQUALS = ("reference", "service:reference")
+
+
+def runs_to_start(item) -> list[list[str]]:
+    """The two whole-suite runs test_conformance_through_the_service_equals_in_process waits
+    on, started at collection (tests/background_runs.py)."""
+    if item.originalname == "test_conformance_through_the_service_equals_in_process":
+        return [_whole_suite(spec)[0] for spec in SERVICE_EQUALS]
+    return []
+
+
 @pytest.mark.req("DRV-1", "MEM-2", "EXE-1")
-def test_conformance_through_the_service_equals_in_process(tmp_path):
+def test_conformance_through_the_service_equals_in_process():
     """The whole conformance suite gives the very same outcome for every test whether the
     reference runs in process or hosted as a service."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runs = {}
-    for spec in ("reference", "service:reference"):
-        report = tmp_path / f"{spec.replace(':', '_')}.json"
-        runs[spec] = (subprocess.Popen(
-            [sys.executable, "-m", "pytest", os.path.join(root, "conformance"), "-q",
-             "-p", "no:cacheprovider", f"--driver={spec}", f"--nncert-report={report}"],
-            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), report)
     outcomes = {}
-    for spec, (proc, report) in runs.items():
-        out, _ = proc.communicate(timeout=900)
-        assert proc.returncode == 0, f"{spec}:\n{out[-3000:]}"
+    for spec in SERVICE_EQUALS:
+        argv, report = _whole_suite(spec)
+        proc = background_runs.run(argv, timeout=1500)
+        assert proc.returncode == 0, f"{spec}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
         outcomes[spec] = {n: r["outcome"] for n, r in json.loads(report.read_text())["tests"].items()}
     local, remote = outcomes["reference"], outcomes["service:reference"]
     assert local.keys() == remote.keys()

@@ -266,7 +266,7 @@ BATCH_MATMUL = OpRecord(
            _bmm_edge("inner_1", "inner dimension 1: each slice an outer product", "inner_1"),
            _bmm_edge("batch_rank_4", "rank 4 with two batch dimensions of 2..3", "batch_rank_4"),
            # Not heavy: at most 2 x 3 x 512 x 2 elements per input.
-           edges.Edge("long_reduction", "long", f"inner dimension {LONG_INNER}: dot products of "
+           edges.Edge("long_inner", "long", f"inner dimension {LONG_INNER}: dot products of "
                       f"{LONG_INNER} terms (float data on a 1/8 grid, exact in float32)",
                       sample=lambda s: _bmm_sample(s, "long"))),
     doc="per batch, input0 (transposed if adj_x) times input1 (transposed if adj_y)",
