@@ -25,11 +25,18 @@ def run_conformance(driver: str, report: Path, *extra: str, suite: str = "") -> 
     cell with a short shrinking budget, and no tracebacks (the report has every failure's
     reason; formatting thousands of tracebacks doubled the run), so that a mutant failing
     every cell stays quick."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / suite), "-q", "-p", "no:cacheprovider",
-         "--tb=no", f"--driver={driver}", f"--nncert-report={report}", "--no-three-way", "--graphs=3",
-         "--shrink-budget=20", f"--graph-dir={report.parent / 'graphs'}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    argv = [sys.executable, "-m", "pytest", str(ROOT / "conformance" / suite), "-q", "-p", "no:cacheprovider",
+            "--tb=no", f"--driver={driver}", f"--nncert-report={report}", "--no-three-way", "--graphs=3",
+            "--shrink-budget=20", f"--graph-dir={report.parent / 'graphs'}", *extra]
+    for attempt in range(3):
+        try:
+            return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+        except OSError:
+            # The child never started: exec failed with EFAULT once in CI, two pool threads
+            # spawning at once (CPython drops the GIL around vfork). Not a verdict: start again.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")
