@@ -107,6 +107,22 @@ def test_float16_is_computed_in_float32_and_rounded_at_the_output():
     assert np.isinf(got[1, 2])  # beyond float16's range, as a float16 computation gives
 
 
+def test_an_operation_reading_stored_bytes_is_declined_in_float16():
+    """Computing float16 in float32 changes what LSH_PROJECTION hashes: declined with the
+    reason, while its float32-input cases are claimed."""
+    driver = NumpyCompiled()
+    by_input = {}
+    for key in enumerate_cases((0,)):
+        if key[0].type is OperationType.LSH_PROJECTION:
+            case = sample_case(*key)
+            by_input.setdefault(case.variant.types["I"], case)
+    reasons = driver.decline_reasons(by_input[T.TENSOR_FLOAT16].model()[0])
+    assert reasons[0] and "stored bytes" in reasons[0]
+    with pytest.raises(HalError, match="stored bytes"):
+        driver.prepare_model(by_input[T.TENSOR_FLOAT16].model()[0])
+    assert driver.decline_reasons(by_input[T.TENSOR_FLOAT32].model()[0]) == [None]
+
+
 def test_dynamic_shapes_compile_once_per_input_shape():
     model = _add_model(dims=(0, 3))
     assert not fully_specified(model)

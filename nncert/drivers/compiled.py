@@ -238,7 +238,8 @@ class CompiledDriver(Driver):
     def decline_reasons(self, model: Model) -> list[str | None]:
         validate_model(model, self.feature_level)
         wide = widen_float16(model.copy())  # the copy's enum types, not a decoded model's raw ints
-        return [self.why_unsupported(wide, n) for n in range(len(wide.main.operations))]
+        return [_widening_problem(model, n) or self.why_unsupported(wide, n)
+                for n in range(len(wide.main.operations))]
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
         """Why the driver declines operation ``index`` of a widened model, or None."""
@@ -285,7 +286,7 @@ class CompiledDriver(Driver):
         model = model.copy()  # the caller may change its model afterwards
         wide = widen_float16(model)
         for n, op in enumerate(wide.main.operations):
-            reason = self.why_unsupported(wide, n)
+            reason = _widening_problem(model, n) or self.why_unsupported(wide, n)
             if reason:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"operation {n} ({op.type.name}) is not supported: {reason}")
@@ -314,6 +315,22 @@ class CompiledDriver(Driver):
         if not content or not self.translates():
             return self.prepare_model(model)
         return self._prepared(model, widen_float16(model), content)
+
+
+def _widening_problem(model: Model, index: int) -> str | None:
+    """Why computing operation ``index`` in float32 instead of float16 would change its
+    result: it reads its inputs' stored bytes (``OpRecord.reads_bytes``)."""
+    from nncert.ops import get
+
+    sg = model.main
+    op = sg.operations[index]
+    record = get(op.type)
+    if record is None or not record.reads_bytes:
+        return None
+    if any(sg.operands[i].type is T.TENSOR_FLOAT16 for i in op.inputs):
+        return (f"{op.type.name} reads its inputs' stored bytes; this driver computes float16 in "
+                f"float32, whose bytes differ")
+    return None
 
 
 def _probe_key(single: Model) -> bytes:

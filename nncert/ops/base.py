@@ -262,6 +262,9 @@ class OpRecord:
     #: specified); the per-operation suite accepts any value there and judges the rest by
     #: ACC-1..4. The execution itself must still succeed.
     unspecified: Callable[[OpContext], list[np.ndarray | None]] | None = None
+    #: The result depends on the stored bytes of its tensor inputs, not only their values
+    #: (LSH_PROJECTION hashes them): a driver that computes float16 in float32 changes it.
+    reads_bytes: bool = False
     #: Why the operation takes no part in random graphs (data-dependent output sizes, state,
     #: random results), or "" when it does.
     graphs: str = ""

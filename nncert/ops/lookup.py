@@ -486,7 +486,7 @@ LSH_PROJECTION = OpRecord(
                (Arg("output", _I32, ranks=(1,)),)),),
     _lsh_types(), _lsh_kernel, _lsh_shape, _lsh_sample,
     criterion="strict", dequantize=False, check=_lsh_check,
-    min_version=_lsh_min_version, edges=(_LONG_KEYS,),
+    min_version=_lsh_min_version, edges=(_LONG_KEYS,), reads_bytes=True,
     graphs="its bits hash the input's stored bytes (one unit in the last place anywhere changes "
            "them), and its hash and weight tensors are parameters rather than data",
     doc="sign bits of sum over input rows of weight x Fingerprint64(seed + row bytes), one "
