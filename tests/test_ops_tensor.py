@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_ops_shape import F16, F32, I32, Q8, Q8S, ints, scalar, tensor
 
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.model import Operand, dtype_of
@@ -17,22 +18,6 @@ from nncert.ops import get
 from nncert.ops.base import ShapeError, to_real
 from nncert.ops.evaluate import bind, evaluate, output_shapes
 from nncert.ops.interpreter import run_model
-
-F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
-Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
-
-
-def tensor(type_, values, scale=0.0, zero_point=0):
-    arr = np.asarray(values, dtype=dtype_of(type_))
-    return Operand(type_, arr.shape, scale, zero_point), arr
-
-
-def ints(values):
-    return tensor(I32, values)
-
-
-def scalar(type_, value):
-    return Operand(type_), np.asarray(value, dtype=dtype_of(type_))
 
 
 def _bound(op, inputs, out_type, scale, zero_point):
