@@ -15,6 +15,12 @@ A subclass implements these hooks:
 (Or ``compile(model)`` alone, which by default is ``load(translate(model), model)``; a
 driver that overrides only ``compile`` caches the HAL model and compiles again on import.)
 
+A runtime that compiles ahead of time (IREE, TVM, OpenVINO) implements ``build(content,
+model)`` (the translated bytes to its compiled artefact) and ``load_built(artefact, model)``
+instead of ``load``; the base then keeps the artefacts on disk by content
+(``compile_cache``, nncert.drivers.compile_cache), shared by the supported-operations probe,
+every prepared model and every later run, and the model cache holds the artefact.
+
 The base then gives:
 
 - ``supported_operations`` decided per operation, type and parameter: the static rules,
@@ -96,15 +102,17 @@ class CompiledPreparedModel(PreparedModel):
         self._out_types = [dtype_of(model.main.operands[i].type) for i in model.main.output_indexes]
         self._lock = threading.Lock()
         self._static: Executable | None = None
-        #: The runtime's form of a model of known shapes, where the driver translates (caching).
+        #: The runtime's form of a model of known shapes, where the driver translates (what
+        #: the model cache keeps: the built artefact where the driver builds one, else the
+        #: translated bytes).
         self.content: bytes | None = content
         self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
         if content is not None:
-            self._static = driver.load(content, self.wide)
+            self._static = driver.load_form(content, self.wide)
         elif fully_specified(self.wide):
             if driver.translates():
-                self.content = driver.translate(self.wide)
-                self._static = driver.load(self.content, self.wide)
+                self.content = driver.runtime_form(self.wide)
+                self._static = driver.load_form(self.content, self.wide)
             else:
                 self._static = driver.compile(self.wide)
 
@@ -211,12 +219,42 @@ class CompiledDriver(Driver):
     def load(self, content: bytes, model: Model) -> Executable:
         raise NotImplementedError
 
+    def build(self, content: bytes, model: Model) -> bytes:
+        """The runtime's compiled artefact of translated bytes (an IREE .vmfb, a TVM library):
+        a driver whose runtime compiles ahead of time implements ``build`` and ``load_built``
+        instead of ``load``, and the base keeps the artefacts in ``compile_cache``."""
+        raise NotImplementedError
+
+    def load_built(self, artefact: bytes, model: Model) -> Executable:
+        raise NotImplementedError
+
+    #: Where ``build``'s artefacts are kept by content (nncert.drivers.compile_cache), or None.
+    compile_cache = None
+
     def translates(self) -> bool:
         """Whether the driver implements translate / load (and so caches its runtime's form)."""
         return type(self).translate is not CompiledDriver.translate
 
+    def builds(self) -> bool:
+        """Whether the driver implements build / load_built."""
+        return type(self).build is not CompiledDriver.build
+
+    def runtime_form(self, model: Model) -> bytes:
+        """What a prepared model of ``model`` keeps and the model cache holds: the built
+        artefact (from the compile cache when it has one), else the translated bytes."""
+        content = self.translate(model)
+        if not self.builds():
+            return content
+        if self.compile_cache is None:
+            return self.build(content, model)
+        return self.compile_cache.get_or_build(content, lambda: self.build(content, model))
+
+    def load_form(self, form: bytes, model: Model) -> Executable:
+        """An executable of ``runtime_form``'s bytes."""
+        return self.load_built(form, model) if self.builds() else self.load(form, model)
+
     def compile(self, model: Model) -> Executable:
-        return self.load(self.translate(model), model)
+        return self.load_form(self.runtime_form(model), model)
 
     def options_label(self) -> str:
         """The options that change behaviour, for version strings and caches ("kernels=ref")."""
