@@ -7,6 +7,7 @@ from __future__ import annotations
 EXTRA_OF_MODULE = {
     "ai_edge_litert": "litert", "flatbuffers": "litert",
     "onnx": "onnx", "onnxruntime": "onnx",
+    "openvino": "openvino", "iree": "iree", "tvm": "tvm", "tvm_ffi": "tvm",
     "atheris": "fuzz",
     "tqdm": "mlts", "skimage": "mlts", "sklearn": "mlts", "matplotlib": "mlts", "PIL": "mlts",
     "threadpoolctl": "mlts", "pyopen_wakeword": "mlts", "pymicro_wakeword": "mlts",
