@@ -72,11 +72,14 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 
 
 def _cmd_drivers(args: argparse.Namespace) -> int:
-    from nncert.drivers import known_drivers
+    from nncert.drivers import known_drivers, runtime_status
     from nncert.drivers.mutants import MUTANTS
 
     for name, desc in known_drivers().items():
         print(f"{name:<14} {desc}")
+        status = runtime_status(name)
+        if status:
+            print(f"{'':<14} {status}")
         if name == "mutant":
             for m, info in MUTANTS.items():
                 doc = (info.cls.__doc__ or "").strip().splitlines()[0].replace("``", "")

@@ -47,6 +47,30 @@ def test_drivers_lists_reference_and_mutants(capsys):
     assert "reference" in out and "mutant:quant_off_by_2" in out
 
 
+def test_drivers_says_which_runtimes_are_installed(capsys, monkeypatch):
+    """Each real runtime's release, read from the installed distributions; a missing one is
+    named with the extra that installs it."""
+    import importlib.metadata as md
+
+    from nncert import drivers
+
+    real = md.version
+
+    def version(dist):
+        if dist == "apache-tvm":
+            raise md.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(md, "version", version)
+    assert main(["drivers"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    status = {lines[n].split()[0]: lines[n + 1].strip() for n in range(len(lines) - 1)
+              if lines[n].split()[0] in drivers.RUNTIMES}
+    assert status["onnxruntime"] == f"installed: onnxruntime {real('onnxruntime')}, onnx {real('onnx')}"
+    assert status["tvm"] == "not installed: pip install 'nncert[tvm]'"
+    assert set(status) == set(drivers.RUNTIMES)
+
+
 def test_unknown_driver_is_a_one_line_error(capsys):
     assert main(["drivers", "--check", "nosuch"]) == 2
     err = capsys.readouterr().err.strip()

@@ -40,9 +40,11 @@ BUILTIN: dict[str, tuple[str, str]] = {
     "onnxruntime": ("nncert.drivers.onnxruntime:OnnxRuntimeDriver",
                     "ONNX Runtime: onnxruntime:provider=NAME,opt_level=LEVEL,threads=N"),
     "openvino": ("nncert.drivers.openvino:OpenVINODriver",
-                 "OpenVINO: openvino:device=CPU,precision=f32|bf16|f16,threads=N,frontend=onnx|tflite,cache=on|off|DIR"),
+                 "OpenVINO: openvino:device=CPU,precision=f32|bf16|f16,threads=N,frontend=onnx|tflite,"
+                 "cache=on|off|DIR"),
     "iree": ("nncert.drivers.iree:IREEDriver",
-             "IREE (MLIR compiler + runtime): iree:backend=llvm-cpu|vmvx,opt=O0..O3,flags=...,cache=on|off|DIR"),
+             "IREE (MLIR compiler + runtime): iree:backend=llvm-cpu|vmvx,opt=O0..O3,flags=...,"
+             "cache=on|off|DIR"),
     "tvm": ("nncert.drivers.tvm:TVMDriver",
             "Apache TVM (Relax): tvm:target=llvm...,opt_level=0..3,cache=on|off|DIR"),
     "mutant": ("nncert.drivers.mutants:create",
@@ -50,6 +52,39 @@ BUILTIN: dict[str, tuple[str, str]] = {
     "service": ("nncert.drivers.service:create",
                 "any driver hosted in a child process over a Unix socket: service:SPEC, service:@PATH"),
 }
+
+
+#: Real-runtime drivers -> (the distributions they need, the extra that installs them). LiteRT
+#: also runs on tflite-runtime, its older packaging.
+RUNTIMES: dict[str, tuple[tuple[str, ...], str]] = {
+    "litert": (("ai-edge-litert|tflite-runtime",), "litert"),
+    "onnxruntime": (("onnxruntime", "onnx"), "onnx"),
+    "openvino": (("openvino", "onnx"), "openvino"),
+    "iree": (("iree-base-compiler", "iree-base-runtime", "onnx"), "iree"),
+    "tvm": (("apache-tvm", "onnx"), "tvm"),
+}
+
+
+def runtime_status(name: str) -> str | None:
+    """For a real-runtime driver: its runtime's release ("openvino 2026.4.1") or how to install
+    it; None for any other driver. Read from the installed distributions' metadata, without
+    importing the runtime."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if name not in RUNTIMES:
+        return None
+    needed, extra = RUNTIMES[name]
+    found = []
+    for alternatives in needed:
+        for dist in alternatives.split("|"):
+            try:
+                found.append(f"{dist} {version(dist)}")
+                break
+            except PackageNotFoundError:
+                continue
+        else:
+            return f"not installed: pip install 'nncert[{extra}]'"
+    return "installed: " + ", ".join(found)
 
 
 class DriverSpecError(ValueError):
