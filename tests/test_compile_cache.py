@@ -1,0 +1,108 @@
+"""The content-keyed compile cache (nncert/drivers/compile_cache.py): what is stored is what is
+loaded, a damaged entry is compiled again, and nothing is written outside the user's own
+private directory."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from nncert.drivers.compile_cache import MAGIC, CompileCache, from_option
+from nncert.files import UnsafePathError
+
+
+class Builder:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, payload=b"artefact"):
+        self.calls += 1
+        return payload
+
+
+def test_second_lookup_is_a_hit_across_instances(tmp_path):
+    build = Builder()
+    first = CompileCache("x", "v1", tmp_path)
+    assert first.get_or_build(b"model", build) == b"artefact"
+    assert first.get_or_build(b"model", build) == b"artefact"
+    assert build.calls == 1 and first.stats == {"hits": 1, "misses": 1, "corrupt": 0}
+    # Another instance (another process) with the same options finds it.
+    again = CompileCache("x", "v1", tmp_path)
+    assert again.get_or_build(b"model", build) == b"artefact" and build.calls == 1
+    # Entries are private: the directory 0700, the file 0600.
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
+    (entry,) = tmp_path.glob("*.art")
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+
+
+def test_key_covers_the_options_and_release(tmp_path):
+    build = Builder()
+    CompileCache("x", "v1", tmp_path).get_or_build(b"model", build)
+    CompileCache("x", "v2", tmp_path).get_or_build(b"model", build)
+    CompileCache("x", "v1", tmp_path).get_or_build(b"model2", build)
+    assert build.calls == 3
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "magic"])
+def test_a_damaged_entry_is_compiled_again_never_loaded(tmp_path, damage):
+    cache = CompileCache("x", "v1", tmp_path)
+    cache.get_or_build(b"model", Builder())
+    (entry,) = tmp_path.glob("*.art")
+    data = bytearray(entry.read_bytes())
+    if damage == "flip":
+        data[-1] ^= 1
+    elif damage == "truncate":
+        data = data[:-3]
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data[: len(MAGIC)] = b"X" * len(MAGIC)
+    entry.write_bytes(bytes(data))
+    build = Builder()
+    assert cache.get_or_build(b"model", lambda: build(b"fresh")) == b"fresh"
+    assert build.calls == 1 and cache.stats["corrupt"] == 1
+    assert cache.get_or_build(b"model", build) == b"fresh" and build.calls == 1
+
+
+def test_a_symlinked_entry_is_not_followed(tmp_path):
+    cache = CompileCache("x", "v1", tmp_path / "c")
+    target = tmp_path / "elsewhere"
+    target.write_bytes(MAGIC + b"\0" * 32 + b"planted")
+    (tmp_path / "c" / f"{cache.key(b'model')}.art").symlink_to(target)
+    build = Builder()
+    assert cache.get_or_build(b"model", build) == b"artefact" and build.calls == 1
+    assert target.read_bytes().endswith(b"planted")  # replaced the link, never wrote through it
+    assert not (tmp_path / "c" / f"{cache.key(b'model')}.art").is_symlink()
+
+
+def test_the_bound_removes_the_entries_used_longest_ago(tmp_path):
+    cache = CompileCache("x", "v1", tmp_path, limit_bytes=3000)
+    for n in range(5):
+        cache.put(cache.key(b"m%d" % n), bytes(1000))
+        os.utime(tmp_path / f"{cache.key(b'm%d' % n)}.art", (n, n))
+    cache.trim()
+    left = {p.name for p in tmp_path.glob("*.art")}
+    assert left == {f"{cache.key(b'm%d' % n)}.art" for n in (3, 4)}
+
+
+def test_another_users_or_a_shared_directory_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    with pytest.raises(UnsafePathError, match="writable by other users"):
+        CompileCache("x", "v1", shared)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        CompileCache("x", "v1", link)
+
+
+def test_the_cache_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNCERT_CACHE_DIR", str(tmp_path))
+    assert from_option("off", "x", "v1") is None
+    assert from_option("on", "x", "v1").directory == tmp_path / "compiled" / "x"
+    assert from_option(str(tmp_path / "mine"), "x", "v1").directory == tmp_path / "mine"
+    with pytest.raises(ValueError, match="cache=''"):
+        from_option("", "x", "v1")
