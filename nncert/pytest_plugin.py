@@ -63,12 +63,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "one the driver's package ships (repeatable)")
     group.addoption("--no-expectations", action="store_true",
                     help="ignore every expectations file: known discrepancies fail as they are")
-    group.addoption("--three-way", action=argparse.BooleanOptionalAction, default=True,
+    group.addoption("--triage", "--three-way", dest="three_way", action=argparse.BooleanOptionalAction,
+                    default=True,
                     help="replay a failing per-operation case on the peer runtimes (LiteRT, ONNX Runtime, "
-                         "out of process) and say which agree with the reference or the driver "
-                         "(default: on; off under --isolate)")
-    group.addoption("--three-way-budget", type=int, default=200, metavar="N",
-                    help="triage at most N failing cases a session (default 200)")
+                         "OpenVINO, IREE, TVM: those installed, out of process) and say which agree with "
+                         "the reference or the driver, the N-way verdict (default: on; off under --isolate; "
+                         "--three-way is its old name)")
+    group.addoption("--triage-peers", metavar="NAMES",
+                    help="the peer runtimes of the N-way verdict, comma-separated, e.g. "
+                         "litert,onnxruntime,openvino (default: every installed one)")
+    group.addoption("--triage-budget", "--three-way-budget", dest="three_way_budget", type=_triage_cases,
+                    default=triage.BUDGET_CASES, metavar="N",
+                    help=f"triage at most N failing cases a session (default {triage.BUDGET_CASES})")
+    group.addoption("--triage-seconds", type=_triage_seconds, default=triage.BUDGET_SECONDS, metavar="S",
+                    help=f"spend at most about S seconds a session on triage (default "
+                         f"{triage.BUDGET_SECONDS:g}); later failures say they were not triaged")
     group.addoption("--seed", type=int, default=0, metavar="N",
                     help="seed of the random-graph suite (ACC-5; default 0)")
     group.addoption("--graphs", type=int, default=5, metavar="N",
@@ -103,6 +112,28 @@ def _shrink_runs(text: str) -> int:
             f"{text!r} is not a number of candidate runs (0 or more): --shrink-budget counts the graphs "
             f"one failure may run while it is shrunk, not seconds")
     return runs
+
+
+def _triage_cases(text: str) -> int:
+    """``--triage-budget``: a whole number of cases, 0 or more."""
+    try:
+        cases = int(text)
+    except ValueError:
+        cases = -1
+    if cases < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cases (0 or more)")
+    return cases
+
+
+def _triage_seconds(text: str) -> float:
+    """``--triage-seconds``: seconds, more than 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (more than 0)")
+    return seconds
 
 
 def _driver_options(config: pytest.Config) -> dict[str, str]:
@@ -146,8 +177,15 @@ def pytest_configure(config: pytest.Config) -> None:
     except (expectations.ExpectationsError, DriverSpecError) as e:
         raise pytest.UsageError(str(e)) from None
     # Under --isolate every test is a child that would start its own peers: off there.
+    peers = None
+    if config.getoption("triage_peers") is not None:
+        try:
+            peers = triage.parse_peers(config.getoption("triage_peers"))
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
     if config.getoption("three_way") and not config.getoption("isolate"):
-        triage.set_active(triage.Triage(spec, budget=config.getoption("three_way_budget")))
+        triage.set_active(triage.Triage(spec, budget=config.getoption("three_way_budget"), peers=peers,
+                                        seconds=config.getoption("triage_seconds")))
     for selector in config.getoption("req"):
         if not any(matches(r, selector) for r in REQUIREMENTS):
             raise pytest.UsageError(f"--req {selector!r}: no such requirement (see {DOCUMENT})")
@@ -235,6 +273,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
     report = yield
     report.user_properties.append(("req", requirement_ids(item)))
+    verdict = triage.ACTIVE.take() if triage.ACTIVE is not None else None
+    if verdict is not None:  # the N-way verdict of a failure in this phase, machine-readable
+        report.user_properties.append(("nncert_triage", verdict.as_dict()))
     if call.excinfo is not None and call.excinfo.errisinstance(Declined):
         report.user_properties.append(("nncert_declined", True))
     if _strict_xpass(report):
@@ -430,7 +471,7 @@ def outcome_record(reports: list[pytest.TestReport]) -> dict[str, object]:
         "status": status, "req": list(properties.get("req", [])),
         "duration": round(sum(r.duration for r in reports), 6), "message": message[:_MESSAGE_CHARS]}
     if status in journal.FAILING:
-        verdicts = re.findall(r"three-way verdict: .*", "\n".join(r.longreprtext for r in reports))
+        verdicts = re.findall(rf"{re.escape(triage.PREFIX)}.*", "\n".join(r.longreprtext for r in reports))
         if verdicts:
             record["verdict"] = verdicts[-1].strip()
     if "nncert_expectation" in properties:

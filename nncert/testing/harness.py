@@ -236,7 +236,7 @@ def own_criterion(model: Model, unspecified: bool = False) -> bool:
 def check_outputs(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], model: Model,
                   relaxed: bool = False, feeds: Sequence[np.ndarray] | None = None) -> None:
     """Fail on outputs outside the tolerance; with the model's ``feeds``, the failure carries
-    the three-way verdict of the peer runtimes (when triage is on). A model with an operation
+    the N-way verdict of the peer runtimes (when triage is on). A model with an operation
     judged by its record's own criterion (random samples) has its output shapes checked
     only: the per-operation suite judges its values (``case_problems``)."""
     if own_criterion(model):
@@ -348,7 +348,8 @@ def run_state_chain(driver: Driver, case: OpCase, path: str = "sync") -> None:
 
 def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.ndarray],
               actual: Sequence[np.ndarray] | None, relaxed: bool = False) -> str:
-    """The line of the three-way verdict for a failing case, or "" (triage off or spent)."""
+    """The line of the N-way verdict for a failing case (saying it was not triaged once the
+    session's triage budget is spent), or "" (triage off)."""
     if triage.ACTIVE is None:
         return ""
     verdict = triage.ACTIVE.verdict(model, feeds, expected, actual, relaxed)
@@ -358,7 +359,7 @@ def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.n
 def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
              pool_kind: str = "ashmem") -> None:
     """check_case as a test: skipped when not run, failed when a rule is broken. A failure
-    carries the three-way verdict of the peer runtimes when triage is on (nncert.testing.triage)."""
+    carries the N-way verdict of the peer runtimes when triage is on (nncert.testing.triage)."""
     try:
         reason = check_case(driver, case, variation, path, pool_kind)
     except CaseError as e:

@@ -12,7 +12,7 @@ with their golden values while the graph still fails. A fault in one operation s
 graph of that one operation; a fault that builds up over operations ends as the shortest
 chain that still shows it.
 
-The failure is replayed on the peer runtimes (three-way verdict) and written as a spec
+The failure is replayed on the peer runtimes (N-way verdict) and written as a spec
 file with the seed, the criteria, the driver's outputs and the verdict;
 ``nncert repro FILE --driver X`` replays it.
 """
@@ -245,21 +245,25 @@ def _shrink(driver: Driver, cell: Cell, seed: int, index: int, graph: Graph, out
 
 
 def triage(failure: Failure, driver_spec: str) -> dict | None:
-    """The three-way verdict on a failure: the peer runtimes judged against the golden and
-    against the driver with the graph's criteria."""
-    from nncert.testing.triage import Triage
+    """The N-way verdict on a failure: the peer runtimes judged against the golden and
+    against the driver with the graph's criteria. In a pytest session with triage on, by the
+    session's peers (--triage-peers, already started), whatever its budget has left: the spec
+    file, verdict included, is the same in any run; else by peers of its own."""
+    from nncert.testing import triage as triage_module
 
     if failure.outcome.actual is None:
         return None
-    t = Triage(driver_spec, budget=1)
+    session = triage_module.ACTIVE
+    t = session if session is not None else triage_module.Triage(driver_spec, budget=1)
     try:
         graph = failure.graph
         model, feeds = graph.model()
         verdict = t.verdict(model, feeds, graph.expected, failure.outcome.actual,
-                            agree=lambda one, other: not judge(graph, model, other, one))
+                            agree=lambda one, other: not judge(graph, model, other, one), budgeted=False)
     finally:
-        t.close()
-    return verdict.as_dict() if verdict else None
+        if t is not session:
+            t.close()
+    return verdict.as_dict()
 
 
 def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
