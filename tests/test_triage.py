@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import background_runs
 import pytest
@@ -259,3 +260,21 @@ def test_a_real_discrepancy_of_litert_names_litert_an_odd_one_out():
     assert record["majority"][:2] == ["reference", "onnxruntime"] and record["odd_ones_out"][0] == "litert"
     if not triage.installed("openvino"):
         assert verdict == "N-way verdict: onnxruntime agrees with reference -> litert is the odd one out"
+
+
+def test_the_certification_files_show_the_verdict():
+    from nncert.certify.html import _three_way
+    from nncert.certify.report import junit
+
+    summary = _fabricated("litert", onnxruntime="agrees-reference", iree="agrees-driver",
+                          tvm="agrees-reference").as_dict()
+    test = {"id": "conformance/test_operations.py::test_operation[X]", "suite": "operations",
+            "req": ["ACC-3"], "status": "FAIL", "verdict": summary["summary"],
+            "properties": {"nncert_triage": summary}}
+    xml = ElementTree.fromstring(junit({"plan": {"name": "smoke"}, "driver": {"spec": "litert"},
+                                        "suites": [{"name": "operations", "duration": 1.0}],
+                                        "tests": [test]}))
+    properties = {p.get("name"): p.get("value") for p in xml.iter("property")}
+    assert properties["odd_ones_out"] == "litert,iree" and properties["three_way"] == summary["summary"]
+    html = _three_way(summary["summary"])
+    assert html.endswith("<span class='odd'>litert and iree are the odd ones out</span></div>"), html

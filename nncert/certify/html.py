@@ -1,7 +1,7 @@
 """report.html: one self-contained page (no network, no script) for a certification reviewer,
 rendered from report.json and nothing else: the verdict and a summary strip first, then the
 requirement traceability matrix with drill-down to tests, outcomes per suite, failures with
-their reproducers and three-way verdicts, waivers, the operation x type coverage heat map, MLTS
+their reproducers and N-way verdicts, waivers, the operation x type coverage heat map, MLTS
 accuracy and latency, fuzzing, the driver and environment. Everything wraps within 1280 px:
 nothing needs horizontal scrolling. Every string that comes from a report (test ids, messages,
 reasons: a driver writes them) is escaped."""
@@ -468,16 +468,17 @@ def _suites(page: _Page) -> str:
 
 
 def _three_way(text: str) -> str:
-    """A three-way verdict line with its conclusion (who is the odd one out) in bold."""
-    body = text.removeprefix("three-way verdict: ")
+    """An N-way verdict line (or a three-way one, of older reports) with its conclusion (who
+    is the odd one out) in bold."""
+    body = text.removeprefix("N-way verdict: ").removeprefix("three-way verdict: ")
     said, arrow, conclusion = body.partition(" -> ")
     out = escape(said) + (f" → <span class='odd'>{escape(conclusion)}</span>" if arrow else "")
-    return f"<div><b>three-way:</b> {out}</div>"
+    return f"<div><b>N-way verdict:</b> {out}</div>"
 
 
 def _failure(page: _Page, t: dict[str, Any]) -> str:
     """One failure: its test and requirements, the first line of its message (open it for the
-    whole message and the suite's output), the three-way verdict, the command that reruns it."""
+    whole message and the suite's output), the N-way verdict, the command that reruns it."""
     message = t.get("message", "").strip()
     first = message.splitlines()[0] if message else ""
     more = f"<pre>{escape(message)}</pre>" if message != first or len(first) > 140 else ""
@@ -521,7 +522,7 @@ def _failures(page: _Page) -> str:
         f"<h2 id='failures'>Failures ({len(failing):,})</h2>"
         f"<p>{_counts(Counter(t['status'] for t in failing))} — by suite: {links}</p>"
         "<p class='muted'>Crashes and hangs first in each suite. Each failure's command reruns it alone; "
-        "where the peer runtimes replayed the case, the three-way verdict says who is the odd one out. "
+        "where the peer runtimes replayed the case, the N-way verdict says who is the odd one out. "
         "Open a message for the whole of it and the suite's output.</p>"
         f"{groups}{tail}"
     )

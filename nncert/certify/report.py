@@ -57,6 +57,14 @@ def _test_entry(
     return entry
 
 
+def _odd_ones_out(test: dict[str, Any]) -> list[str]:
+    """The runtimes the test's N-way verdict names the odd ones out, from its machine-readable
+    form (a report's own data: anything but a list of strings counts as none)."""
+    triage = (test.get("properties") or {}).get("nncert_triage")
+    odd = triage.get("odd_ones_out") if isinstance(triage, dict) else None
+    return [n for n in odd if isinstance(n, str)] if isinstance(odd, list) else []
+
+
 def _reproduce(test_id: str, outcome: dict[str, Any] | None, settings: RunSettings, suite: Suite) -> str:
     """A failure's reproducer; none for the rest, which show none (20,000 commands cost 0.1 s)."""
     if outcome is None or outcome["status"] not in journal.FAILING:
@@ -322,7 +330,8 @@ def junit(report: dict[str, Any]) -> bytes:
                 ("requirements", ",".join(t["req"])),
                 ("status", t["status"] or "NO OUTCOME"),
                 ("reproduce", t.get("reproduce", "")),
-                ("three_way", t.get("verdict", "")),
+                ("three_way", t.get("verdict", "")),  # the N-way verdict (its old name kept)
+                ("odd_ones_out", ",".join(_odd_ones_out(t))),
             ):
                 if value:
                     ET.SubElement(props, "property", name=key, value=value)
