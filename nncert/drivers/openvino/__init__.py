@@ -106,6 +106,31 @@ def _runs_a_loop(model: Model, sg: Any, op: Any, depth: int = 0) -> bool:
     return False
 
 
+def _renumber(graph: Any) -> None:
+    """Give the values of an ONNX graph (nested If branches included, one numbering across
+    them, as their names must stay unique) names by order of first use. The exporter names
+    values after HAL operand indexes, which ``isolate_operation`` renumbers: renumbered, the
+    supported-operations probe's model and the test's own single-operation model are the same
+    bytes, one compilation in the compile cache."""
+    order: dict[str, str] = {"": ""}  # "" is an omitted optional input
+
+    def new(name: str) -> str:
+        return order.setdefault(name, f"n{len(order) - 1}")
+
+    def visit(g: Any) -> None:
+        for value in (*g.input, *g.initializer, *g.output, *g.value_info):
+            value.name = new(value.name)
+        for node in g.node:
+            node.name = ""
+            node.input[:] = [new(n) for n in node.input]
+            for attribute in node.attribute:
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    visit(sub)
+            node.output[:] = [new(n) for n in node.output]
+
+    visit(graph)
+
+
 class OpenVINOExecutable:
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -232,7 +257,9 @@ class OpenVINODriver(CompiledDriver):
             return tflite_export(model)
         from nncert.drivers.onnxruntime.export import export
 
-        return export(model, "qdq").SerializeToString()
+        proto = export(model, "qdq")
+        _renumber(proto.graph)
+        return proto.SerializeToString()
 
     def runtime_form(self, model: Model) -> bytes:
         """The base's, with the inference precision in the compile cache's key: a relaxed
