@@ -186,17 +186,19 @@ def test_whole_conformance_suite_has_no_unexpected_failure(spec):
 
 
 @pytest.mark.req("ACC-3")
-def test_a_real_discrepancy_gets_the_three_way_verdict(tmp_path):
+def test_a_real_discrepancy_gets_the_n_way_verdict(tmp_path):
     """LiteRT's NOT_EQUAL on quantised inputs of different scales calls equal values unequal
     (its expectations.toml): without the expectations file it fails, and ONNX Runtime, replayed
     out of process, sides with the reference."""
     node = "conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]"
     report = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", node, "-q", "-p", "no:cacheprovider",
-                           "--driver=litert", "--no-expectations", f"--nncert-report={report}"],
+                           "--driver=litert", "--no-expectations", f"--nncert-report={report}",
+                           "--triage-peers=onnxruntime"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:]
-    verdict = json.loads(report.read_text())["tests"][node]["verdict"]
-    assert verdict == "three-way verdict: onnxruntime agrees with reference -> litert is the odd one out"
+    record = json.loads(report.read_text())["tests"][node]
+    assert record["verdict"] == "N-way verdict: onnxruntime agrees with reference -> litert is the odd one out"
+    assert record["properties"]["nncert_triage"]["odd_ones_out"] == ["litert"]
     # With its expectations file, the same test is a strict xfail.
     assert _conformance("litert", node).returncode == 0
