@@ -132,14 +132,20 @@ def _renumber(graph: Any) -> None:
 
 
 class OpenVINOExecutable:
-    def __init__(self, compiled: Any) -> None:
+    """A compiled model and its infer request. ``positions[j]``: which model input feeds the
+    compiled model's input ``j``. OpenVINO's frontends drop a graph input that nothing reads
+    (a parameter given as a model input whose value the exporter took from the model's known
+    shapes): the inputs are matched by name, never by position."""
+
+    def __init__(self, compiled: Any, positions: list[int]) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
+        self.positions = positions
         self.n_outputs = len(compiled.outputs)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         request = self.request
-        request.infer(inputs)
+        request.infer({j: inputs[k] for j, k in enumerate(self.positions)})
         return [request.get_output_tensor(i).data for i in range(self.n_outputs)]
 
 
@@ -301,7 +307,23 @@ class OpenVINODriver(CompiledDriver):
         if compiled is None:
             compiled = self._core.import_model(artefact, self.device, self.properties(precision))
             self._remember(artefact, model, compiled)
-        return OpenVINOExecutable(compiled)
+        return OpenVINOExecutable(compiled, self._positions(compiled, model))
+
+    def _positions(self, compiled: Any, model: Model) -> list[int]:
+        """The model input of each compiled input, by the names the exporters give them
+        (``_renumber``'s n0, n1, ... in input order; the LiteRT exporter's hal<operand>)."""
+        if self.frontend == "onnx":
+            names = {f"n{k}": k for k in range(len(model.main.input_indexes))}
+        else:
+            names = {f"hal{i}": k for k, i in enumerate(model.main.input_indexes)}
+        positions = []
+        for port in compiled.inputs:
+            k = next((names[n] for n in port.get_names() if n in names), None)
+            if k is None:
+                raise RuntimeError(f"OpenVINO's compiled model has an input "
+                                   f"{sorted(port.get_names())} that is no model input")
+            positions.append(k)
+        return positions
 
     def _remember(self, artefact: bytes, model: Model, compiled: Any) -> None:
         key = (hashlib.blake2b(artefact, digest_size=20).digest(), self.precision_for(model))
