@@ -324,6 +324,7 @@ def _graph_cells(args: argparse.Namespace) -> list:
 def _cmd_graphs(args: argparse.Namespace) -> int:
     from nncert.drivers import load_driver
     from nncert.testing import random_graphs as rg
+    from nncert.testing import triage
 
     cells = _graph_cells(args)
     if args.graphs < 1:
@@ -331,9 +332,17 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if os.path.lexists(out):  # refused now rather than at the first failure
         files.check_dir(out)
+    peers = None
+    if args.triage_peers is not None:
+        try:
+            peers = triage.parse_peers(args.triage_peers)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     driver = load_driver(args.driver)
     failures = []
     totals = {"passed": 0, "declined": 0}
+    # One set of peers for the whole run, started at the first failure (not one per failure).
+    triage.set_active(None if args.no_triage else triage.Triage(args.driver, peers=peers))
 
     def progress(r: rg.CellResult, i: int, n: int) -> None:
         totals["passed"] += r.passed
@@ -357,6 +366,7 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
         shrink_runs = 0 if args.no_shrink else rg.SHRINK_RUNS
         rg.run_cells(driver, cells, args.seed, args.graphs, shrink_runs=shrink_runs, progress=progress)
     finally:
+        triage.set_active(None)
         driver.close()
     seconds = time.perf_counter() - started
     print(f"{len(cells)} cells, {totals['passed'] + totals['declined'] + len(failures)} graphs: "
@@ -419,6 +429,9 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="nncert-graphs", metavar="DIR",
                    help="where failing graphs are written as spec files (default: nncert-graphs)")
     p.add_argument("--no-triage", action="store_true", help="do not replay failures on the peer runtimes")
+    p.add_argument("--triage-peers", metavar="NAMES",
+                   help="the peer runtimes of the N-way verdict, comma-separated (default: every "
+                        "installed one of litert, onnxruntime, openvino, iree, tvm)")
     p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
     p.set_defaults(func=_cmd_graphs)
     p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver")

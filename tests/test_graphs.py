@@ -191,16 +191,21 @@ def test_repro_of_missing_or_non_json_file(tmp_path):
 def test_graphs_command_runs_cells_and_writes_failures(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--driver", "mutant:rare_conv",
                            "--cell", "single-CONV_2D-1.0", "--cell", "small-float32-rank1", "--graphs", "50",
-                           "--seed", "1", "--no-triage", "--out", str(tmp_path)],
+                           "--seed", "1", "--triage-peers", "onnxruntime", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[2/2] small-float32-rank1" in proc.stderr
+    assert "N-way verdict: onnxruntime agrees with reference -> mutant:rare_conv is the odd one out" \
+        in proc.stderr
     specs = list(tmp_path.glob("*.json"))
     assert len(specs) == 1 and "CONV_2D" in specs[0].name
     assert f"nncert repro {specs[0]}" in proc.stdout
     bad = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--cell", "nonsense"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "names no cell" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "nncert.cli", "graphs", "--triage-peers", "nosuch"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'nosuch' is no peer runtime" in bad.stderr
 
 
 def test_shrink_budget_is_a_count_of_runs_and_seconds_are_refused_with_a_reason():
