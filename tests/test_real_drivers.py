@@ -1,10 +1,12 @@
-"""The real drivers (LiteRT, ONNX Runtime): options, honest supported operations, measured
-capabilities, isolation from a runtime that aborts, and the conformance suites with their
-expectations files (the per-operation and validation suites here; the whole conformance suite
-in every option set under ``-m slow``)."""
+"""The real drivers (LiteRT, ONNX Runtime, OpenVINO, IREE, TVM): options, honest supported
+operations, measured capabilities, isolation from a runtime that aborts, and the conformance
+suites with their expectations files (the per-operation and validation suites here, the
+per-operation suite's first seed on the compilers; the whole conformance suite in every
+option set under ``-m slow``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -27,7 +29,7 @@ pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ["litert", "litert:kernels=builtin", "litert:kernels=ref", "onnxruntime",
-         "onnxruntime:opt_level=disable", "onnxruntime:quant=qlinear"]
+         "onnxruntime:opt_level=disable", "onnxruntime:quant=qlinear", "openvino", "iree", "tvm"]
 
 
 @pytest.mark.parametrize(("spec", "complaint"), [
@@ -163,6 +165,10 @@ def runs_to_start(item) -> list[list[str]]:
 
 
 OPS, VAL = "conformance/test_operations.py", "conformance/test_validation.py"
+#: The per-operation suite's first seed: every operation, type and parameter variation once.
+FIRST_SEED = (OPS, "-k", "test_operation and not test_operation_ and s0")
+COMPILERS = [name for name, module in (("openvino", "openvino"), ("iree", "iree.compiler"), ("tvm", "tvm"))
+             if importlib.util.find_spec(module.split(".")[0]) is not None]
 
 
 @pytest.mark.req("DRV-2", "ACC-1", "ACC-2", "ACC-3", "VAL-1")
@@ -171,6 +177,8 @@ OPS, VAL = "conformance/test_operations.py", "conformance/test_validation.py"
     ("onnxruntime", (OPS, VAL)),
     # The reference kernels abort on an edge case: out of process (an expected crash).
     ("service:litert:kernels=ref", (OPS,)),
+    # The compilers (the whole conformance suite on each under -m slow).
+    *((name, FIRST_SEED) for name in COMPILERS),
 ])
 def test_per_operation_and_validation_suites_have_no_unexpected_failure(spec, suites):
     proc = _conformance(spec, *suites)
@@ -198,7 +206,8 @@ def test_a_real_discrepancy_gets_the_n_way_verdict(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-2000:]
     record = json.loads(report.read_text())["tests"][node]
-    assert record["verdict"] == "N-way verdict: onnxruntime agrees with reference -> litert is the odd one out"
+    assert record["verdict"] == \
+        "N-way verdict: onnxruntime agrees with reference -> litert is the odd one out"
     assert record["properties"]["nncert_triage"]["odd_ones_out"] == ["litert"]
     # With its expectations file, the same test is a strict xfail.
     assert _conformance("litert", node).returncode == 0
