@@ -131,6 +131,26 @@ def _renumber(graph: Any) -> None:
     visit(graph)
 
 
+def _strided_quantised_1x1_conv(graph: Any) -> str | None:
+    """OpenVINO 2026.4's CPU plugin rewrites a quantised (DequantizeLinear -> Conv) 1x1
+    convolution with a stride over 1 as a subsampling MaxPool plus a stride-1 convolution and
+    gets the output shape wrong when the convolution is padded: it then writes past its
+    buffers, corrupting the heap (a later, unrelated execution may crash). Declined rather
+    than claimed: a corrupted process would change the verdicts of every test after it."""
+    from onnx import helper
+
+    producers = {out: node.op_type for node in graph.node for out in node.output}
+    for node in graph.node:
+        if node.op_type != "Conv" or producers.get(node.input[0]) != "DequantizeLinear":
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if list(attrs.get("kernel_shape", [])) == [1, 1] and any(v > 1 for v in attrs.get("strides", [])) \
+                and any(attrs.get("pads", [])):
+            return ("OpenVINO miscompiles a quantised 1x1 convolution with a stride over 1 and padding "
+                    "(a wrong output shape, then writes past its buffers and corrupts the heap)")
+    return None
+
+
 class OpenVINOExecutable:
     """A compiled model and its infer request. ``positions[j]``: which model input feeds the
     compiled model's input ``j``. OpenVINO's frontends drop a graph input that nothing reads
@@ -252,10 +272,10 @@ class OpenVINODriver(CompiledDriver):
         if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
             return None  # the exporter needs dimensions; decided when it runs
         try:
-            export(single, "qdq")
+            proto = export(single, "qdq")
         except Unmappable as e:
             return str(e)
-        return None
+        return _strided_quantised_1x1_conv(proto.graph)
 
     def translate(self, model: Model) -> bytes:
         if self.frontend == "tflite":
@@ -264,6 +284,9 @@ class OpenVINODriver(CompiledDriver):
         from nncert.drivers.onnxruntime.export import export
 
         proto = export(model, "qdq")
+        problem = _strided_quantised_1x1_conv(proto.graph)
+        if problem:  # shapes known only now (dynamic shapes): declined by the probe
+            raise Unmappable(problem)
         _renumber(proto.graph)
         return proto.SerializeToString()
 
