@@ -32,6 +32,7 @@ driver is made, never by ``import nncert.drivers``; TVM's own log lines on stder
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -312,8 +313,10 @@ class TVMDriver(CompiledDriver):
                 with tvm.transform.PassContext(opt_level=self.opt_level):
                     return tvm.compile(mod, target=self.target)
             except Exception as e:
-                error = e
-        raise _with_log(error, log)
+                failure = (type(e).__name__, str(e))
+            # The failed import's objects (a BlockBuilder) log when destroyed: here, quietly.
+            gc.collect()
+        raise _with_log(*failure, log)
 
     def build(self, content: bytes, model: Model) -> bytes:
         ex = self._compiled(content)
@@ -322,8 +325,10 @@ class TVMDriver(CompiledDriver):
             try:
                 ex.export_library(str(path), fcompile=_link(self.compiler), workspace_dir=scratch)
             except Exception as e:
-                raise _with_log(e, log) from None
-            return path.read_bytes()
+                failure = (type(e).__name__, str(e))
+            else:
+                return path.read_bytes()
+        raise _with_log(*failure, log)
 
     def load_built(self, artefact: bytes, model: Model) -> TVMExecutable:
         # A fresh directory each time: the dynamic loader hands back a library already loaded
@@ -339,8 +344,10 @@ class TVMDriver(CompiledDriver):
                 try:
                     module = self._tvm.runtime.load_module(str(path))
                 except Exception as e:
-                    raise _with_log(e, log) from None
-        return TVMExecutable(self._tvm, module, self.threads)
+                    failure = (type(e).__name__, str(e))
+                else:
+                    return TVMExecutable(self._tvm, module, self.threads)
+        raise _with_log(*failure, log)
 
     def load(self, content: bytes, model: Model) -> TVMExecutable:
         """Without a toolchain: the ONNX bytes compiled and run in memory."""
@@ -362,13 +369,14 @@ def _host_fingerprint(cpu: str) -> str:
     return f"{cpu}/{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 
-def _with_log(error: Exception, log: list[str]) -> Exception:
-    """``error`` as one RuntimeError line: TVM's first line of its message, else what it logged."""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+def _with_log(name: str, text: str, log: list[str]) -> RuntimeError:
+    """An error of TVM's as one line: its type and the first line of its message (not the
+    traceback TVM puts into it), else the last line TVM logged."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     head = next((ln for ln in lines if not ln.startswith(("Traceback", "File ", "^"))), "")
     if not head and log:
-        head = log[-1]
-    return RuntimeError(f"{type(error).__name__}: {head}"[:500])
+        head = log[-1].strip()
+    return RuntimeError(f"{name}: {head}"[:500])
 
 
 __all__ = ["TVMDriver", "parse_target"]
