@@ -43,7 +43,7 @@ import numpy as np
 
 from nncert.drivers import compile_cache
 from nncert.drivers.compiled import CompiledDriver, Unmappable
-from nncert.hal.model import Model
+from nncert.hal.model import Model, dtype_of
 from nncert.hal.transform import isolate_operation
 from nncert.hal.types import DeviceType, OperationType
 from nncert.hal.types import OperandType as T
@@ -108,18 +108,24 @@ def _catching_stderr(call):
 class IREEExecutable:
     """A loaded module: its own VM context on the driver's device, one function."""
 
-    def __init__(self, config, artefact: bytes) -> None:
+    def __init__(self, config, artefact: bytes, out_types: list[np.dtype] | None = None) -> None:
         import iree.runtime as rt
 
         self._context = rt.SystemContext(config=config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, artefact))
         self._function = self._context.modules.module[FUNCTION]
+        self._out_types = out_types
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         result = self._function(*inputs)
         if not isinstance(result, (tuple, list)):
             result = (result,)
-        return [r.to_host() if hasattr(r, "to_host") else np.asarray(r) for r in result]
+        outs = [r.to_host() if hasattr(r, "to_host") else np.asarray(r) for r in result]
+        if self._out_types is not None and len(outs) == len(self._out_types):
+            # IREE's buffers are signless: a uint8 result comes back as int8 of the same bits.
+            outs = [a.view(t) if a.dtype != t and a.dtype.kind in "iu" and t.kind in "iu" and
+                    a.dtype.itemsize == t.itemsize else a for a, t in zip(outs, self._out_types, strict=True)]
+        return outs
 
 
 class IREEDriver(CompiledDriver):
@@ -247,7 +253,9 @@ class IREEDriver(CompiledDriver):
             del callback
 
     def load_built(self, artefact: bytes, model: Model) -> IREEExecutable:
-        return IREEExecutable(self._config, artefact)
+        out_types = None if model is None else \
+            [np.dtype(dtype_of(model.main.operands[i].type)) for i in model.main.output_indexes]
+        return IREEExecutable(self._config, artefact, out_types)
 
 
 def _canonical_names(graph) -> None:
