@@ -238,3 +238,14 @@ def test_the_vmvx_backend_runs_quantised_and_boolean_models(cache_dir):
     (got,) = _run(driver, model, [np.array([1, 20, 30, 255], np.uint8), np.array([2, 20, 10, 0], np.uint8)],
                   [(4,)])
     assert got.tolist() == [False, False, True, True]
+
+
+def test_uint8_results_keep_their_values(driver):
+    """IREE's buffers are signless: uint8 results come back as int8 of the same bits and are
+    read as uint8 (200 stays 200)."""
+    model = _add_model(dims=(4,), t=T.TENSOR_QUANT8_ASYMM)
+    for i in model.main.input_indexes + model.main.output_indexes:
+        model.main.operands[i].scale, model.main.operands[i].zero_point = 1.0, 0
+    a, b = np.array([100, 0, 250, 127], np.uint8), np.array([100, 255, 10, 1], np.uint8)
+    (got,) = _run(driver, model, [a, b], [(4,)])
+    assert got.tolist() == [200, 255, 255, 128]
