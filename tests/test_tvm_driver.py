@@ -323,3 +323,27 @@ def test_without_a_toolchain_the_model_cache_holds_onnx(tmp_path, monkeypatch, c
     (got,) = _run(driver, model, [X, Y], [(2, 3)], again.prepared)
     np.testing.assert_array_equal(got, X + Y)
     assert not (tmp_path / "unused").exists()
+
+
+def test_executions_on_many_threads_leave_no_threads_or_libraries_behind(driver):
+    """TVM's thread pools are per thread and outlive it, and TVM never unloads a library: the
+    driver runs TVM on one thread of its own and loads a library once (DRV-5)."""
+    import threading
+
+    model = _add_model(dims=(3, 3))
+    x = np.ones((3, 3), np.float32)
+    _run(driver, model, [x, x], [(3, 3)])
+
+    def task_count() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    def library_maps() -> int:
+        with open("/proc/self/maps") as f:
+            return sum("nncert-tvm-" in line for line in f)
+
+    before = (task_count(), library_maps())
+    for _ in range(6):
+        worker = threading.Thread(target=lambda: _run(driver, model, [x, x], [(3, 3)]))
+        worker.start()
+        worker.join()
+    assert (task_count(), library_maps()) == before

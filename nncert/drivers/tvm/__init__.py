@@ -10,9 +10,10 @@ Options (strings, from a spec such as ``tvm:target=llvm,opt_level=3``):
   callers: a spec cannot carry commas). Only llvm targets whose code this CPU runs are taken;
   another device's target is refused (default ``llvm``: generic x86-64 code);
 - ``opt_level``: the pass context's optimisation level, 0..3 (default 2, TVM's own);
-- ``threads``: TVM's runtime thread pool (default 1, for determinism); the pool is one per
-  process, sized by ``TVM_NUM_THREADS`` when first used: a count the pool cannot give is
-  refused;
+- ``threads``: the workers of TVM's runtime thread pool (default 1, for determinism). TVM's
+  pools are per thread and capped by ``TVM_NUM_THREADS`` (set to the usable cores unless the
+  user set it): the driver runs all TVM code on one thread per count, so a process has one
+  pool per count; a count the pool cannot give is refused;
 - ``cache``: ``on`` | ``off`` | a directory: where the compiled libraries are kept by content
   (nncert.drivers.compile_cache).
 
@@ -42,8 +43,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -59,6 +62,7 @@ DEFAULT_OPT_LEVEL = "2"  # tvm.transform.PassContext's default
 ISA_FEATURE = re.compile(r"^(sse|ssse|avx|fma|f16c|bmi|lzcnt|popcnt|amx|vpclmul|pclmul|gfni|vaes|aes|sha|"
                          r"movbe|adx|xop|tbm|cx16|rdrnd|rdseed|neon|sve|fp16|fullfp16|dotprod|i8mm|bf16)")
 _STDERR_LOCK = threading.RLock()
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -85,11 +89,44 @@ def _quiet() -> Iterator[list[str]]:
 
 
 def _set_threads(tvm, n: int) -> int:
-    """Ask TVM's thread pool for ``n`` workers; the number it then uses."""
+    """Ask the calling thread's TVM thread pool for ``n`` workers; the number it then uses."""
     if int(tvm.get_global_func("runtime.NumThreads")()) != n:
         with _quiet():
             tvm.get_global_func("runtime.config_threadpool")(1, n)
     return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+#: TVM's thread pool is thread-local, and its workers outlive the thread that made it: every
+#: thread that ran a kernel would leave a pool behind (DRV-5). So everything that runs TVM
+#: code (compiling folds constants by running kernels) runs on one thread per thread count,
+#: for the process's life, whose pool is sized once.
+_TVM_THREADS: dict[int, ThreadPoolExecutor] = {}
+_TVM_THREADS_LOCK = threading.Lock()
+_ON_TVM_THREAD = threading.local()
+
+
+#: The libraries loaded in this process, by the sha256 of their bytes. TVM 0.27 never unloads
+#: a library it loaded (its module outlives every reference nncert holds), so the same
+#: library loaded again for each prepared model of one model would pile up (DRV-5): it is
+#: loaded once and shared (a library is immutable code and constants; each executable has a
+#: virtual machine of its own).
+_LOADED: dict[str, object] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _on_tvm_thread(threads: int, function: Callable[..., T], *args: object) -> T:
+    """``function(*args)`` on the TVM thread for ``threads`` workers."""
+    if getattr(_ON_TVM_THREAD, "threads", None) == threads:
+        return function(*args)
+    with _TVM_THREADS_LOCK:
+        executor = _TVM_THREADS.get(threads)
+        if executor is None:
+            def mark() -> None:
+                _ON_TVM_THREAD.threads = threads
+
+            executor = _TVM_THREADS[threads] = ThreadPoolExecutor(
+                1, thread_name_prefix=f"nncert-tvm-{threads}", initializer=mark)
+    return executor.submit(function, *args).result()
 
 
 def _toolchain() -> str | None:
@@ -168,8 +205,10 @@ class TVMExecutable:
         self.main = self.vm["main"]
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return _on_tvm_thread(self.threads, self._run, inputs)
+
+    def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         tensor = self._tvm.runtime.tensor
-        _set_threads(self._tvm, self.threads)  # the pool is the process's: another driver may differ
         result = self.main(*[tensor(np.ascontiguousarray(a)) for a in inputs])
         if isinstance(result, self._tvm.runtime.Tensor):
             return [result.numpy()]
@@ -194,16 +233,15 @@ class TVMDriver(CompiledDriver):
         if cache == "":
             raise ValueError("tvm option cache='': allowed values are on, off or a directory")
         config = parse_target(target)
-        # TVM sizes its one thread pool per process from TVM_NUM_THREADS when first used (else
-        # from the physical cores); each executable then asks for its driver's count. A user's
-        # own setting wins.
+        # TVM caps each thread pool at TVM_NUM_THREADS (else at the physical cores, one here);
+        # the TVM thread then asks for the driver's count. A user's own setting wins.
         os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
         import tvm
         from tvm.target import codegen
 
         self._tvm = tvm
         self.target, self.host_fingerprint = self._check_target(tvm, codegen, target, config)
-        pool = _set_threads(tvm, n_threads)
+        pool = _on_tvm_thread(n_threads, _set_threads, tvm, n_threads)
         if pool != n_threads:
             raise ValueError(f"tvm option threads={threads!r}: TVM's thread pool in this process gives "
                              f"at most {pool} (TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}, and "
@@ -303,6 +341,9 @@ class TVMDriver(CompiledDriver):
 
     def _compiled(self, content: bytes):
         """The Relax VM executable of ONNX bytes (TVM's errors with what it logged)."""
+        return _on_tvm_thread(self.threads, self._compile_here, content)
+
+    def _compile_here(self, content: bytes):
         import onnx
         from tvm.relax.frontend.onnx import from_onnx
 
@@ -331,12 +372,19 @@ class TVMDriver(CompiledDriver):
         raise _with_log(*failure, log)
 
     def load_built(self, artefact: bytes, model: Model) -> TVMExecutable:
+        return _on_tvm_thread(self.threads, self._load_here, artefact)
+
+    def _load_here(self, artefact: bytes) -> TVMExecutable:
+        digest = hashlib.sha256(artefact).hexdigest()
+        with _LOADED_LOCK:
+            module = _LOADED.get(digest)
+        if module is not None:
+            return TVMExecutable(self._tvm, module, self.threads)
         # A fresh directory each time: the dynamic loader hands back a library already loaded
         # under the same path, so a path is never reused for other code.
-        name = hashlib.sha256(artefact).hexdigest()[:32] + ".so"
         with tempfile.TemporaryDirectory(prefix="nncert-tvm-") as scratch:
             directory = files.private_dir(scratch)
-            path = directory / name
+            path = directory / f"{digest[:32]}.so"
             fd = files.open_private(path, os.O_WRONLY | os.O_EXCL)
             with os.fdopen(fd, "wb") as f:
                 f.write(artefact)
@@ -346,12 +394,15 @@ class TVMDriver(CompiledDriver):
                 except Exception as e:
                     failure = (type(e).__name__, str(e))
                 else:
+                    with _LOADED_LOCK:
+                        module = _LOADED.setdefault(digest, module)
                     return TVMExecutable(self._tvm, module, self.threads)
         raise _with_log(*failure, log)
 
     def load(self, content: bytes, model: Model) -> TVMExecutable:
         """Without a toolchain: the ONNX bytes compiled and run in memory."""
-        return TVMExecutable(self._tvm, self._compiled(content), self.threads)
+        return _on_tvm_thread(self.threads, lambda: TVMExecutable(self._tvm, self._compiled(content),
+                                                                  self.threads))
 
 
 def _host_fingerprint(cpu: str) -> str:
