@@ -81,8 +81,10 @@ def test_version_string_names_every_option_that_changes_the_code(cache_dir):
     assert "host=" in default  # code for this CPU: a cache shared between machines keeps it apart
     vmvx = IREEDriver(backend="vmvx", opt="O2", cache="off").version_string()
     assert "backend=vmvx" in vmvx and "opt=O2" in vmvx and "host=" not in vmvx
-    flagged = IREEDriver(flags="--iree-llvmcpu-target-cpu-features=+avx2", cache="off")
-    assert "flags=--iree-llvmcpu-target-cpu-features=+avx2" in flagged.version_string()
+    flagged = IREEDriver(flags="--iree-llvmcpu-debug-symbols=false --iree-opt-level=O1", opt="O3",
+                         cache="off")
+    assert "flags=--iree-llvmcpu-debug-symbols=false --iree-opt-level=O1" in flagged.version_string()
+    assert "opt=O1" in flagged.version_string()  # the user's flags come last and win
     # The version string is in the compile cache's key: different code, different entries.
     a, b = IREEDriver(cache=str(cache_dir)), IREEDriver(opt="O2", cache=str(cache_dir))
     assert a.compile_cache.key(b"model") != b.compile_cache.key(b"model")

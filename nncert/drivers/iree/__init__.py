@@ -10,8 +10,9 @@ Options (strings, from a spec such as ``iree:backend=vmvx,opt=O2``):
   kernels); default llvm-cpu;
 - ``opt``: ``--iree-opt-level``, O0 | O1 | O2 | O3 (default: IREE's own default, O0 in
   IREE 3.13);
-- ``flags``: more compiler flags, space-separated (``flags=--iree-llvmcpu-target-cpu=znver3``),
-  checked by the compiler's own flag parser when the driver is made;
+- ``flags``: more compiler flags, space-separated (``flags=--iree-llvmcpu-debug-symbols=false``),
+  checked by the compiler's own flag parser when the driver is made; they come after the
+  driver's own, so that they may override them (``--iree-llvmcpu-target-cpu=...``);
 - ``cache``: where compiled modules are kept (nncert.drivers.compile_cache): ``on`` (the
   default directory), ``off`` or a directory.
 
@@ -151,16 +152,17 @@ class IREEDriver(CompiledDriver):
         if opt:
             base.append(f"--iree-opt-level={opt}")
         session = api.Session()
-        for flag in self.extra_flags:  # one at a time: the error names the flag
+        session.set_flags(*base)
+        for flag in self.extra_flags:  # one at a time: the error names the flag; the user's win
             _, error, printed = _catching_stderr(lambda f=flag: session.set_flags(f))
             if error is not None:
                 detail = _one_line(str(error)).removeprefix("Error parsing flags: ")
                 said = _one_line(printed).removeprefix(":")
                 raise ValueError(f"iree option flags: {flag!r} is refused by the compiler: {detail}"
                                  f"{' (' + said.strip() + ')' if said.strip() else ''}")
-        session.set_flags(*base)  # ours last: they win over the user's same-named flags
         levels = [f for f in session.get_flags() if f.startswith("--iree-opt-level=")]
-        self.opt = opt or (levels[0].split("=", 1)[1] if levels else "default")
+        # What the compiler will use: the user's flags may set it too.
+        self.opt = levels[0].split("=", 1)[1] if levels else (opt or "default")
         self._session = session
         self._compile_lock = threading.Lock()
         self._config = rt.Config(RUNTIME_DEVICE)
