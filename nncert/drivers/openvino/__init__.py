@@ -151,6 +151,20 @@ def _strided_quantised_1x1_conv(graph: Any) -> str | None:
     return None
 
 
+def _slice_at_run_time(graph: Any) -> str | None:
+    """OpenVINO 2026.4's Slice with starts, ends, axes or steps that are not constants (the
+    parameters of STRIDED_SLICE, SLICE or REVERSE given as model inputs) reads the wrong
+    elements and, with run-time axes, crashed the process (SIGSEGV): declined."""
+    constant = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if all(i in constant or i == "" for i in node.input):
+            constant.update(node.output)
+        elif node.op_type == "Slice" and not all(i in constant or i == "" for i in node.input[1:]):
+            return ("OpenVINO's Slice with starts, ends, axes or steps known only at run time reads "
+                    "the wrong elements or crashes (SIGSEGV with run-time axes)")
+    return None
+
+
 class OpenVINOExecutable:
     """A compiled model and its infer request. ``positions[j]``: which model input feeds the
     compiled model's input ``j``. OpenVINO's frontends drop a graph input that nothing reads
@@ -275,7 +289,7 @@ class OpenVINODriver(CompiledDriver):
             proto = export(single, "qdq")
         except Unmappable as e:
             return str(e)
-        return _strided_quantised_1x1_conv(proto.graph)
+        return _strided_quantised_1x1_conv(proto.graph) or _slice_at_run_time(proto.graph)
 
     def translate(self, model: Model) -> bytes:
         if self.frontend == "tflite":
@@ -284,7 +298,7 @@ class OpenVINODriver(CompiledDriver):
         from nncert.drivers.onnxruntime.export import export
 
         proto = export(model, "qdq")
-        problem = _strided_quantised_1x1_conv(proto.graph)
+        problem = _strided_quantised_1x1_conv(proto.graph) or _slice_at_run_time(proto.graph)
         if problem:  # shapes known only now (dynamic shapes): declined by the probe
             raise Unmappable(problem)
         _renumber(proto.graph)
