@@ -228,6 +228,12 @@ class CompiledDriver(Driver):
     def load_built(self, artefact: bytes, model: Model) -> Executable:
         raise NotImplementedError
 
+    def build_variant(self, model: Model) -> str:
+        """What else than the translated bytes and the options decides ``build``'s artefact
+        for ``model`` (OpenVINO: the precision hint a relaxed model gets), for the compile
+        cache's key; "" when nothing does."""
+        return ""
+
     #: Where ``build``'s artefacts are kept by content (nncert.drivers.compile_cache), or None.
     compile_cache = None
 
@@ -247,7 +253,9 @@ class CompiledDriver(Driver):
             return content
         if self.compile_cache is None:
             return self.build(content, model)
-        return self.compile_cache.get_or_build(content, lambda: self.build(content, model))
+        variant = self.build_variant(model)
+        key = f"{variant}\0".encode() + content if variant else content
+        return self.compile_cache.get_or_build(key, lambda: self.build(content, model))
 
     def load_form(self, form: bytes, model: Model) -> Executable:
         """An executable of ``runtime_form``'s bytes."""

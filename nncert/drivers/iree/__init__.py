@@ -202,10 +202,10 @@ class IREEDriver(CompiledDriver):
 
     # -- HAL model -> ONNX -> vmfb --
     def translate(self, model: Model) -> bytes:
-        from nncert.drivers.onnxruntime.export import export
+        from nncert.drivers.onnxruntime.export import canonical_names, export
 
         proto = export(model, "qdq")
-        _canonical_names(proto.graph)
+        canonical_names(proto.graph)
         return proto.SerializeToString()
 
     def build(self, content: bytes, model: Model) -> bytes:
@@ -258,38 +258,6 @@ class IREEDriver(CompiledDriver):
         out_types = None if model is None else \
             [np.dtype(dtype_of(model.main.operands[i].type)) for i in model.main.output_indexes]
         return IREEExecutable(self._config, artefact, out_types)
-
-
-def _canonical_names(graph) -> None:
-    """Rename every value of ``graph`` (and of its nested If branches) in order of first
-    appearance: the same computation gives the same bytes whatever the HAL operand indexes
-    were, so the supported-operations probe (the operation alone, renumbered by
-    isolate_operation) and the test's own model share one compilation in the cache."""
-    names: dict[str, str] = {"": ""}
-
-    def canonical(name: str) -> str:
-        if name not in names:
-            names[name] = f"v{len(names) - 1}"
-        return names[name]
-
-    def walk(g) -> None:
-        for v in (*g.input, *g.output):
-            v.name = canonical(v.name)
-        for t in g.initializer:
-            t.name = canonical(t.name)
-        for v in g.value_info:
-            v.name = canonical(v.name)
-        for node in g.node:
-            node.input[:] = [canonical(n) for n in node.input]
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    walk(attr.g)
-                for sub in attr.graphs:
-                    walk(sub)
-            node.output[:] = [canonical(n) for n in node.output]
-            node.name = ""
-
-    walk(graph)
 
 
 def _while_problem(model: Model, op, sg=None, seen=None) -> str | None:

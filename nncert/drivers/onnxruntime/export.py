@@ -924,6 +924,32 @@ def operation_problem(model: Model, index: int, sg: Subgraph | None = None) -> s
     return None
 
 
+def canonical_names(graph: Any) -> None:
+    """Rename the values of an exported ONNX graph (nested If / Loop bodies included, one
+    numbering across them, as names must stay unique) n0, n1, ... by order of first use, graph
+    inputs first (model input k is n{k}). The exporter names values after HAL operand indexes,
+    which ``isolate_operation`` renumbers: renamed, the supported-operations probe's model and
+    a test's own model of the same computation are the same bytes, one entry in a compiler
+    driver's compile cache."""
+    order: dict[str, str] = {"": ""}  # "" is an omitted optional input
+
+    def new(name: str) -> str:
+        return order.setdefault(name, f"n{len(order) - 1}")
+
+    def visit(g: Any) -> None:
+        for value in (*g.input, *g.initializer, *g.output, *g.value_info):
+            value.name = new(value.name)
+        for node in g.node:
+            node.name = ""
+            node.input[:] = [new(n) for n in node.input]
+            for attribute in node.attribute:
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    visit(sub)
+            node.output[:] = [new(n) for n in node.output]
+
+    visit(graph)
+
+
 def export(model: Model, quant: str = "qdq") -> Any:
     """The ONNX ModelProto of ``model`` (main subgraph, every dimension known)."""
     from onnx import helper

@@ -106,31 +106,6 @@ def _runs_a_loop(model: Model, sg: Any, op: Any, depth: int = 0) -> bool:
     return False
 
 
-def _renumber(graph: Any) -> None:
-    """Give the values of an ONNX graph (nested If branches included, one numbering across
-    them, as their names must stay unique) names by order of first use. The exporter names
-    values after HAL operand indexes, which ``isolate_operation`` renumbers: renumbered, the
-    supported-operations probe's model and the test's own single-operation model are the same
-    bytes, one compilation in the compile cache."""
-    order: dict[str, str] = {"": ""}  # "" is an omitted optional input
-
-    def new(name: str) -> str:
-        return order.setdefault(name, f"n{len(order) - 1}")
-
-    def visit(g: Any) -> None:
-        for value in (*g.input, *g.initializer, *g.output, *g.value_info):
-            value.name = new(value.name)
-        for node in g.node:
-            node.name = ""
-            node.input[:] = [new(n) for n in node.input]
-            for attribute in node.attribute:
-                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                    visit(sub)
-            node.output[:] = [new(n) for n in node.output]
-
-    visit(graph)
-
-
 def _strided_quantised_1x1_conv(graph: Any) -> str | None:
     """OpenVINO 2026.4's CPU plugin rewrites a quantised (DequantizeLinear -> Conv) 1x1
     convolution with a stride over 1 as a subsampling MaxPool plus a stride-1 convolution and
@@ -295,23 +270,19 @@ class OpenVINODriver(CompiledDriver):
         if self.frontend == "tflite":
             from nncert.drivers.litert.export import export as tflite_export
             return tflite_export(model)
-        from nncert.drivers.onnxruntime.export import export
+        from nncert.drivers.onnxruntime.export import canonical_names, export
 
         proto = export(model, "qdq")
         problem = _strided_quantised_1x1_conv(proto.graph) or _slice_at_run_time(proto.graph)
         if problem:  # shapes known only now (dynamic shapes): declined by the probe
             raise Unmappable(problem)
-        _renumber(proto.graph)
+        canonical_names(proto.graph)
         return proto.SerializeToString()
 
-    def runtime_form(self, model: Model) -> bytes:
-        """The base's, with the inference precision in the compile cache's key: a relaxed
-        model exports to the same bytes as its float32 twin, and may compile differently."""
-        content = self.translate(model)
-        if self.compile_cache is None:
-            return self.build(content, model)
-        tagged = f"precision={self.precision_for(model)}\0".encode() + content
-        return self.compile_cache.get_or_build(tagged, lambda: self.build(content, model))
+    def build_variant(self, model: Model) -> str:
+        """The inference precision, for the compile cache's key: a relaxed model exports to the
+        same bytes as its float32 twin, and may compile differently."""
+        return f"precision={self.precision_for(model)}"
 
     def read(self, content: bytes) -> Any:
         """The OpenVINO model of translated bytes. The ONNX frontend reads them from memory;
@@ -348,7 +319,7 @@ class OpenVINODriver(CompiledDriver):
 
     def _positions(self, compiled: Any, model: Model) -> list[int]:
         """The model input of each compiled input, by the names the exporters give them
-        (``_renumber``'s n0, n1, ... in input order; the LiteRT exporter's hal<operand>)."""
+        (``canonical_names``' n0, n1, ... in input order; the LiteRT exporter's hal<operand>)."""
         if self.frontend == "onnx":
             names = {f"n{k}": k for k in range(len(model.main.input_indexes))}
         else:

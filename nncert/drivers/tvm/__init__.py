@@ -330,13 +330,10 @@ class TVMDriver(CompiledDriver):
         return None
 
     def translate(self, model: Model) -> bytes:
-        from nncert.drivers.iree import _canonical_names
-        from nncert.drivers.onnxruntime.export import export
+        from nncert.drivers.onnxruntime.export import canonical_names, export
 
         proto = export(model, "qdq")
-        # Values named in order of appearance: the probe's isolated operation (renumbered) and
-        # the test's model of the same computation are the same bytes, one compilation.
-        _canonical_names(proto.graph)
+        canonical_names(proto.graph)
         return proto.SerializeToString()
 
     def _compiled(self, content: bytes):
