@@ -150,12 +150,21 @@ def _with_option(spec: str, option: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--driver", action="append", metavar="SPEC",
-                        help="a driver to measure (repeatable; default: litert in each kernels mode "
-                             "and onnxruntime)")
+                        help="a driver to measure (repeatable; default: litert in each kernels mode, "
+                             "onnxruntime, openvino, iree and tvm)")
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--only", choices=("throughput", "overhead"),
+                        help="measure only one of the two (default: both)")
     args = parser.parse_args()
     specs = args.driver or ["litert", "litert:kernels=builtin", "litert:kernels=ref", "onnxruntime",
                             "openvino", "iree", "tvm"]
+    if args.only != "overhead":
+        measure_throughput(specs)
+    if args.only != "throughput":
+        measure_overhead(specs, args.runs)
+
+
+def measure_throughput(specs: list[str]) -> None:
     cases = [sample_case(*k) for k in enumerate_cases(seeds=(0,))]
     print(f"throughput over {len(cases)} per-operation cases (seed 0, base variation)")
     with tempfile.TemporaryDirectory() as scratch:
@@ -172,11 +181,14 @@ def main() -> None:
                 claimed, bad, elapsed = throughput(cached, cases)
                 print(f"  {spec + ' (' + state + ' cache)':28s} {claimed:5d} claimed  "
                       f"{claimed / elapsed:7.1f} models exported+compiled+run/s  ({bad} outside tolerance)")
+
+
+def measure_overhead(specs: list[str], runs: int) -> None:
     print("overhead of the nncert driver over the raw runtime call (median of "
-          f"{args.runs} alternating runs)")
+          f"{runs} alternating runs)")
     for spec in specs:
         for name, (model, feeds) in (("conv 1x64x64x32 3x3", conv_model()), ("add 1x8", add_model())):
-            mine, theirs = overhead(spec, model, feeds, args.runs)
+            mine, theirs = overhead(spec, model, feeds, runs)
             print(f"  {spec:28s} {name:20s} driver {mine * 1e6:8.1f} us  raw {theirs * 1e6:8.1f} us"
                   f"  ratio {mine / theirs:.3f}x")
 
