@@ -430,8 +430,9 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                    help="where failing graphs are written as spec files (default: nncert-graphs)")
     p.add_argument("--no-triage", action="store_true", help="do not replay failures on the peer runtimes")
     p.add_argument("--triage-peers", metavar="NAMES",
-                   help="the peer runtimes of the N-way verdict, comma-separated (default: every "
-                        "installed one of litert, onnxruntime, openvino, iree, tvm)")
+                   help="the peer runtimes of the N-way verdict, comma-separated, or all (default: "
+                        "the installed ones of litert, onnxruntime, openvino; iree and tvm compile "
+                        "each case)")
     p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
     p.set_defaults(func=_cmd_graphs)
     p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver")

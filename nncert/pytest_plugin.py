@@ -70,8 +70,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "the reference or the driver, the N-way verdict (default: on; off under --isolate; "
                          "--three-way is its old name)")
     group.addoption("--triage-peers", metavar="NAMES",
-                    help="the peer runtimes of the N-way verdict, comma-separated, e.g. "
-                         "litert,onnxruntime,openvino (default: every installed one)")
+                    help="the peer runtimes of the N-way verdict, comma-separated, or all: "
+                         "litert, onnxruntime, openvino, iree, tvm (default: the installed ones "
+                         "of litert, onnxruntime, openvino; iree and tvm compile each case)")
     group.addoption("--triage-budget", "--three-way-budget", dest="three_way_budget", type=_triage_cases,
                     default=triage.BUDGET_CASES, metavar="N",
                     help=f"triage at most N failing cases a session (default {triage.BUDGET_CASES})")

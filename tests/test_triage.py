@@ -91,6 +91,10 @@ def test_a_case_past_the_budget_says_it_was_not_triaged():
 def test_peer_names_are_checked(monkeypatch):
     monkeypatch.setitem(triage.PEERS, "absent", ("service:absent", ("numpy", "no_such_module_here")))
     assert triage.parse_peers(" onnxruntime,litert,onnxruntime") == ["onnxruntime", "litert"]
+    assert triage.parse_peers("all") == [n for n in triage.PEERS if triage.installed(n)]
+    # Without a choice, the peers that compile every case (IREE, TVM) are left out.
+    fast = [n for n in ("onnxruntime", "openvino") if triage.installed(n)]
+    assert triage.Triage("litert").peer_names == fast
     for text, words in (("nope", "'nope' is no peer runtime (known: litert, onnxruntime"),
                         ("litert,absent", "absent is not installed (installed: litert, onnxruntime"),
                         (",", "name at least one peer runtime")):

@@ -44,6 +44,12 @@ PEERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tvm": ("service:tvm", ("tvm", "nncert.drivers.tvm")),
 }
 
+#: Peers left out when none are named: IREE and TVM compile each case (a quarter to half a
+#: second of CPU, most of a second of wall time under load: 20 times what the others take),
+#: so a driver failing hundreds of cases would spend its session on them. They join when
+#: named (``--triage-peers=...,iree,tvm``, or ``all``).
+SLOW_PEERS = frozenset({"iree", "tvm"})
+
 #: Cases triaged a session, and seconds spent on triage a session, by default.
 BUDGET_CASES = 200
 BUDGET_SECONDS = 300.0
@@ -70,6 +76,8 @@ def parse_peers(text: str) -> list[str]:
     """``--triage-peers``: comma-separated peer names, each known and installed; a ValueError
     with one line saying what is wrong otherwise."""
     names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        names = [n for n in PEERS if installed(n)]
     if not names:
         raise ValueError("--triage-peers: name at least one peer runtime (or turn triage off with "
                          "--no-triage)")
@@ -200,8 +208,8 @@ class Triage:
     """Replays failing cases on the peer runtimes: at most ``budget`` cases and about
     ``seconds`` seconds a session (a case begun in time finishes; a peer it has not asked
     when the time runs out is "skipped"). ``peers`` chooses them (default: every installed
-    one). A peer whose default spec is the driver under test itself is left out
-    (``litert:kernels=ref`` is judged by ``litert`` and the others)."""
+    one but the SLOW_PEERS). A peer whose default spec is the driver under test itself is
+    left out (``litert:kernels=ref`` is judged by ``litert`` and the others)."""
 
     def __init__(self, driver_spec: str, budget: int = BUDGET_CASES,
                  peers: Sequence[str] | None = None, seconds: float = BUDGET_SECONDS,
@@ -209,7 +217,7 @@ class Triage:
         from nncert.testing.expectations import hosted_spec
 
         under_test = hosted_spec(driver_spec)
-        names = list(PEERS) if peers is None else list(peers)
+        names = [n for n in PEERS if n not in SLOW_PEERS] if peers is None else list(peers)
         self.driver_name = under_test
         self.peer_names = [n for n in names if n in PEERS and hosted_spec(PEERS[n][0]) != under_test
                            and installed(n)]
