@@ -158,6 +158,13 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+        # The default action for the fatal signals, not the parent's handlers: a library the
+        # parent loaded may have installed its own (LLVM's crash handler, in IREE's compiler,
+        # turned an abort into a SIGSEGV), and the child must die of the signal it got.
+        faulthandler.disable()  # (an enabled one would not install itself again below)
+        for fatal in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(fatal, signal.SIG_DFL)
         # A file of their own, not fd 2: code under test may point fd 2 elsewhere (pytest's
         # capture does), and the innermost frames, which come first, must not be cut off.
         faulthandler.enable(file=dump_fd, all_threads=True)
