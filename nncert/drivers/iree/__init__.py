@@ -43,9 +43,8 @@ from importlib import metadata
 import numpy as np
 
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.drivers.compiled import CompiledDriver
 from nncert.hal.model import Model, dtype_of
-from nncert.hal.transform import isolate_operation
 from nncert.hal.types import DeviceType, OperationType
 from nncert.hal.types import OperandType as T
 
@@ -183,30 +182,15 @@ class IREEDriver(CompiledDriver):
     # -- what can be expressed --
     def operation_problem(self, model: Model, index: int) -> str | None:
         """The exporter's reason for the operation alone, or IREE's own rules (no WHILE)."""
-        from nncert.drivers.onnxruntime.export import export, operation_problem
+        from nncert.drivers.onnxruntime.export import exported_operation
 
-        problem = _while_problem(model, model.main.operations[index])
-        if problem:
-            return problem
-        problem = operation_problem(model, index)
-        if problem:
-            return problem
-        single = isolate_operation(model, index)
-        if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
-            return None  # the exporter needs dimensions; decided when it runs
-        try:
-            export(single, "qdq")
-        except Unmappable as e:
-            return str(e)
-        return None
+        return _while_problem(model, model.main.operations[index]) or exported_operation(model, index)[0]
 
     # -- HAL model -> ONNX -> vmfb --
     def translate(self, model: Model) -> bytes:
-        from nncert.drivers.onnxruntime.export import canonical_names, export
+        from nncert.drivers.onnxruntime.export import canonical_bytes
 
-        proto = export(model, "qdq")
-        canonical_names(proto.graph)
-        return proto.SerializeToString()
+        return canonical_bytes(model)
 
     def build(self, content: bytes, model: Model) -> bytes:
         with self._compile_lock:  # neither the session nor the importer's context is shared safely

@@ -28,10 +28,9 @@ import time
 
 import numpy as np
 
-from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.drivers.compiled import CompiledDriver
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
-from nncert.hal.transform import isolate_operation
 from nncert.hal.types import DeviceType, ErrorStatus, OperationType
 
 OPT_LEVELS = {
@@ -122,19 +121,9 @@ class OnnxRuntimeDriver(CompiledDriver):
     def operation_problem(self, model: Model, index: int) -> str | None:
         """The exporter's reason for the operation alone (its type, a parameter that is not a
         constant, a combination ONNX cannot express), or None."""
-        from nncert.drivers.onnxruntime.export import export, operation_problem
+        from nncert.drivers.onnxruntime.export import exported_operation
 
-        problem = operation_problem(model, index)
-        if problem:
-            return problem
-        single = isolate_operation(model, index)
-        if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
-            return None  # the exporter needs dimensions; decided when it runs
-        try:
-            export(single, self.quant)
-        except Unmappable as e:
-            return str(e)
-        return None
+        return exported_operation(model, index, self.quant)[0]
 
     def session_options(self):
         ort = self._ort

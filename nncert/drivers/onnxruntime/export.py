@@ -924,6 +924,33 @@ def operation_problem(model: Model, index: int, sg: Subgraph | None = None) -> s
     return None
 
 
+def exported_operation(model: Model, index: int, quant: str = "qdq") -> tuple[str | None, Any]:
+    """Why operation ``index`` of ``model`` cannot be exported (the static rules, then an
+    export of the operation alone), or (None, the operation alone as ONNX): for the drivers
+    that take this exporter's models. The model is None where the operation's dimensions are
+    known only when it runs (decided then)."""
+    from nncert.hal.transform import isolate_operation
+
+    problem = operation_problem(model, index)
+    if problem:
+        return problem, None
+    single = isolate_operation(model, index)
+    if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
+        return None, None
+    try:
+        return None, export(single, quant)
+    except Unmappable as e:
+        return str(e), None
+
+
+def canonical_bytes(model: Model, quant: str = "qdq") -> bytes:
+    """``export(model)`` with ``canonical_names``, serialised: the bytes a compiler driver
+    compiles and keys its compile cache with."""
+    proto = export(model, quant)
+    canonical_names(proto.graph)
+    return proto.SerializeToString()
+
+
 def canonical_names(graph: Any) -> None:
     """Rename the values of an exported ONNX graph (nested If / Loop bodies included, one
     numbering across them, as names must stay unique) n0, n1, ... by order of first use, graph

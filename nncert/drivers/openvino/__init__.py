@@ -54,7 +54,6 @@ from nncert import files
 from nncert.drivers import compile_cache
 from nncert.drivers.compiled import CompiledDriver, Unmappable
 from nncert.hal.model import Model
-from nncert.hal.transform import isolate_operation
 from nncert.hal.types import DeviceType, OperandType, OperationType
 
 PRECISIONS = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}  # option -> OPTIMIZATION_CAPABILITIES
@@ -252,18 +251,11 @@ class OpenVINODriver(CompiledDriver):
         if self.frontend == "tflite":
             from nncert.drivers.litert.export import operation_problem
             return operation_problem(model, index)
-        from nncert.drivers.onnxruntime.export import export, operation_problem
+        from nncert.drivers.onnxruntime.export import exported_operation
 
-        problem = operation_problem(model, index)
-        if problem:
+        problem, proto = exported_operation(model, index)
+        if problem or proto is None:
             return problem
-        single = isolate_operation(model, index)
-        if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
-            return None  # the exporter needs dimensions; decided when it runs
-        try:
-            proto = export(single, "qdq")
-        except Unmappable as e:
-            return str(e)
         return _strided_quantised_1x1_conv(proto.graph) or _slice_at_run_time(proto.graph)
 
     def translate(self, model: Model) -> bytes:

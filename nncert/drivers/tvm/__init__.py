@@ -52,9 +52,8 @@ import numpy as np
 
 from nncert import files
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.drivers.compiled import CompiledDriver
 from nncert.hal.model import Model
-from nncert.hal.transform import isolate_operation
 from nncert.hal.types import DeviceType, OperationType
 
 DEFAULT_OPT_LEVEL = "2"  # tvm.transform.PassContext's default
@@ -311,30 +310,17 @@ class TVMDriver(CompiledDriver):
 
     def operation_problem(self, model: Model, index: int) -> str | None:
         """The exporter's reason for the operation alone, or this runtime's own."""
-        from nncert.drivers.onnxruntime.export import export, operation_problem
+        from nncert.drivers.onnxruntime.export import exported_operation
 
-        op = model.main.operations[index]
-        if op.type is OperationType.WHILE:
+        if model.main.operations[index].type is OperationType.WHILE:
             return ("TVM's Relax ONNX frontend has no Loop converter, and a compiled loop cannot be "
                     "stopped at the loop timeout")
-        problem = operation_problem(model, index)
-        if problem:
-            return problem
-        single = isolate_operation(model, index)
-        if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
-            return None  # the exporter needs dimensions; decided when it runs
-        try:
-            export(single, "qdq")
-        except Unmappable as e:
-            return str(e)
-        return None
+        return exported_operation(model, index)[0]
 
     def translate(self, model: Model) -> bytes:
-        from nncert.drivers.onnxruntime.export import canonical_names, export
+        from nncert.drivers.onnxruntime.export import canonical_bytes
 
-        proto = export(model, "qdq")
-        canonical_names(proto.graph)
-        return proto.SerializeToString()
+        return canonical_bytes(model)
 
     def _compiled(self, content: bytes):
         """The Relax VM executable of ONNX bytes (TVM's errors with what it logged)."""
