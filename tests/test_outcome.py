@@ -60,6 +60,27 @@ def test_abort_is_a_crash_with_the_stderr_tail():
     assert "_print_and_abort" in outcome.stderr_tail  # faulthandler's traceback of the child
 
 
+def test_the_child_dies_of_its_signal_on_a_stale_alternate_stack():
+    """A library may leave the main thread's alternate signal stack on memory it has released
+    (OpenVINO's CPU plugin does): the child installs its own, so an abort is still a SIGABRT
+    and not the SIGSEGV of a signal the kernel could not deliver. Run in a process of its
+    own, whose signal stack the test may ruin."""
+    script = textwrap.dedent("""
+        import ctypes, mmap, os
+        from nncert.testing.outcome import _SignalStack, run_isolated
+        region = mmap.mmap(-1, 1 << 16)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        stack = _SignalStack(address, 0, 1 << 16)
+        assert ctypes.CDLL(None).sigaltstack(ctypes.byref(stack), None) == 0
+        libc = ctypes.CDLL(None)
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        assert libc.munmap(address, 1 << 16) == 0  # released, and still installed
+        print(run_isolated(os.abort, timeout=10).signal)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "6", done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("leave", [lambda: os._exit(3), lambda: sys.exit(3)], ids=["os._exit", "sys.exit"])
 def test_exit_without_an_answer_is_a_crash_with_the_code(leave):
     outcome = run_isolated(leave, timeout=10)

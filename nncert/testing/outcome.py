@@ -10,6 +10,7 @@ that into CRASH or HANG too, whether the call ran in a child or in this process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import gc
 import json
@@ -165,6 +166,7 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
         for fatal in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(fatal, signal.SIG_DFL)
+        _fresh_signal_stack()
         # A file of their own, not fd 2: code under test may point fd 2 elsewhere (pytest's
         # capture does), and the innermost frames, which come first, must not be cut off.
         faulthandler.enable(file=dump_fd, all_threads=True)
@@ -193,6 +195,28 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(status)
+
+
+class _SignalStack(ctypes.Structure):
+    """``stack_t`` of sigaltstack(2)."""
+    _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
+
+
+#: The child's alternate signal stack (kept alive for the child's life).
+_child_signal_stack: ctypes.Array | None = None
+
+
+def _fresh_signal_stack(size: int = 1 << 16) -> None:
+    """Give the child an alternate signal stack of its own. The inherited one may be memory a
+    library freed without uninstalling it (OpenVINO's CPU plugin leaves the main thread's
+    pointing at a released buffer): a fatal signal delivered on it becomes a SIGSEGV the
+    kernel raises, and the child would die of that instead of the signal it got."""
+    global _child_signal_stack
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        buffer = ctypes.create_string_buffer(size)
+        stack = _SignalStack(ctypes.cast(buffer, ctypes.c_void_p), 0, size)
+        if ctypes.CDLL(None, use_errno=True).sigaltstack(ctypes.byref(stack), None) == 0:
+            _child_signal_stack = buffer
 
 
 def _exit_status(e: SystemExit) -> int:
