@@ -3,21 +3,25 @@
 A test whose work is one long child process (a whole suite against a real runtime, the
 conformance suite through the service) declares it with a module-level
 ``runs_to_start(item)`` giving the argument lists its item will run; ``tests/conftest.py``
-queues them once collection is done, so that they run on the second core while this process
-goes through the other tests, and the test then only waits (``run``). A run nobody queued
-beforehand is queued when its test asks; the verdicts are the same either way.
+queues them once collection is done, so that they run beside the tests, and the test then
+only waits (``run``). A run nobody queued beforehand is queued when its test asks; the
+verdicts are the same either way.
 
-The runs are started and reaped by one launcher process (this file run as a script), which
-lives for the whole session: this process gains one child and one pipe at collection and
-nothing afterwards, so the tests that count their own descriptors and zombie children see
-no run start or end.
+One launcher process (this file run as a script) starts and reaps the runs for the whole
+session. The session's first process owns it (the only process of a serial session, the
+controller of a pytest-xdist one, which hands the directory to its workers): it starts it at
+configuration and ends it at the end of the session, so a test process gains no child and no
+descriptor from it, and the tests that count their own descriptors and zombie children see
+no run start or end. A run is queued by a request file in the shared directory, named by a
+digest of its argument list: every worker collects every test and queues the same runs, and
+each runs once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import selectors
 import shutil
 import subprocess
 import sys
@@ -27,42 +31,55 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Runs going at once, at most (two cores: the main process keeps one).
+#: Runs going at once, at most (on two cores the tests keep one).
 PARALLEL = max(1, (os.cpu_count() or 2) - 1)
+#: The key a pytest-xdist worker finds the shared directory under, in its ``workerinput``.
+WORKER_KEY = "nncert_background_runs"
 
 _dir: Path | None = None
 _launcher: subprocess.Popen | None = None
-_queued: dict[tuple[str, ...], Path] = {}
+
+
+def start(directory: str | None = None) -> None:
+    """Begin the session: a worker joins its controller's ``directory``; the session's first
+    process makes the directory and starts the launcher on it."""
+    global _dir, _launcher
+    if directory is not None:
+        _dir = Path(directory)
+        return
+    _dir = Path(tempfile.mkdtemp(prefix="nncert-bg-"))
+    _launcher = subprocess.Popen([sys.executable, __file__, str(_dir)], stdin=subprocess.PIPE, cwd=ROOT)
 
 
 def scratch() -> Path:
-    """A directory for the runs' files (reports, output), removed at the end of the session."""
-    global _dir
+    """The session's directory for the runs' files (reports, output), removed at its end."""
     if _dir is None:
-        _dir = Path(tempfile.mkdtemp(prefix="nncert-bg-"))
+        start()
+    assert _dir is not None
     return _dir
 
 
+def _base(argv: Sequence[str]) -> Path:
+    return scratch() / hashlib.sha256(json.dumps(list(argv)).encode()).hexdigest()[:20]
+
+
 def want(argv: Sequence[str]) -> None:
-    """Queue ``argv`` (it starts as soon as the launcher has a free slot)."""
-    global _launcher
-    key = tuple(argv)
-    if key in _queued:
-        return
-    if _launcher is None:
-        _launcher = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, cwd=ROOT)
-    base = scratch() / f"run{len(_queued)}"
-    _queued[key] = base
-    assert _launcher.stdin is not None
-    _launcher.stdin.write((json.dumps([list(key), str(base)]) + "\n").encode())
-    _launcher.stdin.flush()
+    """Queue ``argv`` (it starts as soon as the launcher has a free slot); once a session."""
+    base = _base(argv)
+    try:
+        fd = os.open(base.with_suffix(".tmp-req"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return  # queued by this process or another worker
+    with os.fdopen(fd, "w") as f:
+        json.dump(list(argv), f)
+    os.replace(base.with_suffix(".tmp-req"), base.with_suffix(".req"))
 
 
 def run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
     """The finished run of ``argv`` (queued now unless it already was): its exit code, stdout
     and stderr. Raises subprocess.TimeoutExpired after ``timeout`` seconds of waiting."""
     want(argv)
-    base = _queued[tuple(argv)]
+    base = _base(argv)
     done = base.with_suffix(".rc")
     deadline = time.monotonic() + timeout
     while not done.exists():
@@ -74,48 +91,62 @@ def run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def stop_all() -> None:
-    """End the launcher (it kills what still runs: a run no test asked for) and remove the files."""
-    global _launcher
+    """End the session: the owner ends the launcher (it kills what still runs: a run no test
+    asked for) and removes the directory; a worker only forgets it."""
+    global _launcher, _dir
     if _launcher is not None:
         assert _launcher.stdin is not None
         _launcher.stdin.close()
         _launcher.wait()
         _launcher = None
-    _queued.clear()
-    if _dir is not None:
-        shutil.rmtree(_dir, ignore_errors=True)
+        if _dir is not None:
+            shutil.rmtree(_dir, ignore_errors=True)
+    _dir = None
 
 
-def _serve() -> None:
-    """The launcher: one JSON request a line on stdin, [argv, base path]; runs them, PARALLEL
-    at a time, output to base.out / base.err, and writes the exit code to base.rc when one
-    ends (atomically). At the end of its input it kills what still runs and exits."""
-    queue: list[tuple[list[str], Path]] = []
+def _serve(directory: Path) -> None:
+    """The launcher: runs each request file's argument list (oldest first), PARALLEL at a
+    time, output to base.out / base.err, and writes the exit code to base.rc when one ends
+    (atomically). When its input closes it kills what still runs and exits."""
+    seen: set[Path] = set()
+    queue: list[Path] = []
     running: list[tuple[subprocess.Popen, Path]] = []
-    sel = selectors.DefaultSelector()
-    sel.register(sys.stdin.fileno(), selectors.EVENT_READ)
-    pending = b""
+    started: dict[Path, float] = {}
+    log = os.environ.get("NNCERT_BACKGROUND_LOG")  # each run's wall and CPU seconds, for profiling
+    os.set_blocking(sys.stdin.fileno(), False)
     while True:
-        if sel.select(0.2):
-            chunk = os.read(sys.stdin.fileno(), 65536)
-            if not chunk:
+        try:
+            if os.read(sys.stdin.fileno(), 4096) == b"":
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            queue += [(argv, Path(base)) for argv, base in map(json.loads, filter(None, lines))]
+        except BlockingIOError:
+            pass
+        fresh = sorted((p for p in directory.glob("*.req") if p not in seen),
+                       key=lambda p: p.stat().st_mtime_ns)
+        seen.update(fresh)
+        queue += [p.with_suffix("") for p in fresh]
         for proc, base in list(running):
-            if proc.poll() is not None:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
                 running.remove((proc, base))
-                base.with_suffix(".tmp").write_text(str(proc.returncode))
-                os.replace(base.with_suffix(".tmp"), base.with_suffix(".rc"))
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                if log:
+                    with open(log, "a") as f:
+                        f.write(f"{time.monotonic() - started[base]:7.1f} s wall "
+                                f"{usage.ru_utime + usage.ru_stime:7.1f} s cpu  "
+                                f"{' '.join(json.loads(base.with_suffix('.req').read_text())[3:])}\n")
+                base.with_suffix(".rc-tmp").write_text(str(proc.returncode))
+                os.replace(base.with_suffix(".rc-tmp"), base.with_suffix(".rc"))
         while queue and len(running) < PARALLEL:
-            argv, base = queue.pop(0)
+            base = queue.pop(0)
+            argv = json.loads(base.with_suffix(".req").read_text())
             with base.with_suffix(".out").open("w") as out, base.with_suffix(".err").open("w") as err:
                 running.append((subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err), base))
+            started[base] = time.monotonic()
+        time.sleep(0.2)
     for proc, _ in running:
         proc.kill()
         proc.wait()
 
 
 if __name__ == "__main__":
-    _serve()
+    _serve(Path(sys.argv[1]))

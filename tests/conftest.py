@@ -1,8 +1,21 @@
-"""Start the long child-process runs the selected tests will wait on (background_runs.py)."""
+"""Start the long child-process runs the selected tests will wait on (background_runs.py),
+from one launcher per session, which a pytest-xdist controller shares with its workers."""
 
 from __future__ import annotations
 
 import background_runs
+import pytest
+
+
+def pytest_configure(config) -> None:
+    worker = getattr(config, "workerinput", None)
+    background_runs.start(worker[background_runs.WORKER_KEY] if worker else None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(pytest-xdist, in the controller) the directory each worker queues its runs in."""
+    node.workerinput[background_runs.WORKER_KEY] = str(background_runs.scratch())
 
 
 def pytest_collection_finish(session) -> None:
@@ -13,5 +26,5 @@ def pytest_collection_finish(session) -> None:
                 background_runs.want(argv)
 
 
-def pytest_sessionfinish(session, exitstatus) -> None:
+def pytest_unconfigure(config) -> None:
     background_runs.stop_all()

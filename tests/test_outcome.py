@@ -3,6 +3,7 @@ crashed / hung categories."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -142,10 +143,13 @@ def _zombie_children() -> list[int]:
 
 
 def test_many_runs_leak_no_zombie_and_no_fd():
-    fds = sorted(os.listdir("/proc/self/fd"))
+    # Earlier tests' garbage (a peer's pipes) may close its descriptors during the runs: after
+    # a collection, the runs may only leave fewer open, never one more.
+    gc.collect()
+    fds = set(os.listdir("/proc/self/fd"))
     outcomes = [run_isolated(abs, -i, timeout=10) for i in range(200)]
     assert [o.value for o in outcomes] == list(range(200))
-    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert set(os.listdir("/proc/self/fd")) <= fds
     assert _zombie_children() == []
 
 
