@@ -40,15 +40,19 @@ _dir: Path | None = None
 _launcher: subprocess.Popen | None = None
 
 
-def start(directory: str | None = None) -> None:
+def start(directory: str | None = None, worker: str = "main") -> None:
     """Begin the session: a worker joins its controller's ``directory``; the session's first
-    process makes the directory and starts the launcher on it."""
+    process makes the directory and starts the launcher on it. Each process of the session
+    gets a driver state directory of its own unless NNCERT_STATE_DIR names one: the HAL cache's
+    token store is reset by a driver of the same name and another version string, and tests
+    in other processes run such drivers at the same time."""
     global _dir, _launcher
     if directory is not None:
         _dir = Path(directory)
-        return
-    _dir = Path(tempfile.mkdtemp(prefix="nncert-bg-"))
-    _launcher = subprocess.Popen([sys.executable, __file__, str(_dir)], stdin=subprocess.PIPE, cwd=ROOT)
+    else:
+        _dir = Path(tempfile.mkdtemp(prefix="nncert-bg-"))
+        _launcher = subprocess.Popen([sys.executable, __file__, str(_dir)], stdin=subprocess.PIPE, cwd=ROOT)
+    os.environ.setdefault("NNCERT_STATE_DIR", str(_dir / f"state-{worker}"))
 
 
 def scratch() -> Path:
@@ -139,8 +143,11 @@ def _serve(directory: Path) -> None:
         while queue and len(running) < PARALLEL:
             base = queue.pop(0)
             argv = json.loads(base.with_suffix(".req").read_text())
+            # A state directory of its own (the HAL cache's token store): a driver of the same
+            # name and another version string, in a test beside it, resets a shared store.
+            env = {**os.environ, "NNCERT_STATE_DIR": str(base.with_suffix(".state"))}
             with base.with_suffix(".out").open("w") as out, base.with_suffix(".err").open("w") as err:
-                running.append((subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err), base))
+                running.append((subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err, env=env), base))
             started[base] = time.monotonic()
         time.sleep(0.2)
     for proc, _ in running:

@@ -9,7 +9,10 @@ import pytest
 
 def pytest_configure(config) -> None:
     worker = getattr(config, "workerinput", None)
-    background_runs.start(worker[background_runs.WORKER_KEY] if worker else None)
+    if worker:
+        background_runs.start(worker[background_runs.WORKER_KEY], worker["workerid"])
+    else:
+        background_runs.start()
 
 
 @pytest.hookimpl(optionalhook=True)
