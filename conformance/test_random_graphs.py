@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nncert.repro import standalone
 from nncert.testing import random_graphs as rg
 from nncert.testing.graphs import matrix
 from nncert.testing.harness import decline
@@ -36,6 +37,8 @@ def test_random_graph(cell, driver, pytestconfig, record_property):
         failure.verdict = rg.triage(failure, spec)
     path = rg.dump(failure, Path(pytestconfig.getoption("graph_dir")), spec)
     record_property("reproduce", f"nncert repro {path} --driver {spec}")  # the report's reproducer
+    if standalone.ACTIVE is not None:  # --standalone-dir
+        standalone.ACTIVE.graph_failed(driver, failure.graph, (failure.verdict or {}).get("summary"), path)
     verdict = f"; {failure.verdict['summary']}" if failure.verdict else ""
     pytest.fail(f"ACC-5: {failure.headline}{verdict}\nspec: {path}\n"
                 f"replay: nncert repro {path} --driver {spec}\n{failure.graph.describe()}")

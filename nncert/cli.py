@@ -382,6 +382,11 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     from nncert.testing.graphs import SpecError, load_spec
     from nncert.testing.random_graphs import run
 
+    if args.standalone is not None:
+        return _repro_standalone(args)
+    if "::" in args.file:
+        raise UsageError(f"{args.file} is a test id: rerun it with `nncert test ID --driver X`, or write "
+                         f"its standalone reproducer with --standalone DIR")
     try:
         graph, doc = load_spec(args.file)
     except SpecError as e:
@@ -412,6 +417,96 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     return {"passed": 0, "failed": 1, "declined": 3}[outcome.status]
 
 
+#: How long the test run that writes a test's standalone reproducer may take.
+STANDALONE_TEST_TIMEOUT_S = 1800
+
+
+def _repro_standalone(args: argparse.Namespace) -> int:
+    """``repro FILE|TEST_ID --driver X --standalone DIR``: the finding as a directory that runs
+    without nncert (nncert.repro.standalone)."""
+    from nncert.drivers import load_driver
+    from nncert.drivers.compiled import CompiledDriver
+    from nncert.repro import standalone
+    from nncert.testing.graphs import SpecError, load_spec
+
+    if args.cache_dir:
+        raise UsageError("--standalone and --cache-dir do not mix: a standalone reproducer runs the "
+                         "runtime's model file without nncert's compilation cache")
+    try:
+        out = standalone.check_out_dir(args.standalone)
+    except standalone.StandaloneError as e:
+        raise UsageError(f"--standalone {e}") from None
+    is_test = "::" in args.file
+    graph = doc = None
+    if not is_test:
+        try:
+            graph, doc = load_spec(args.file)
+        except SpecError as e:
+            raise UsageError(str(e)) from None
+    driver = load_driver(args.driver)
+    try:
+        if not isinstance(driver, CompiledDriver):
+            raise UsageError(f"--driver {args.driver} does not compile for another runtime (litert, "
+                             f"onnxruntime, openvino, iree, tvm): it has no runtime model file to "
+                             f"reproduce with")
+        if not is_test:
+            recorded = doc.get("verdict")
+            verdict = recorded.get("summary") if isinstance(recorded, dict) else None
+            seed = doc.get("seed")
+            source = f"spec file {args.file} (cell {graph.cell.label}" + \
+                (f", seed {seed}, graph {doc.get('graph_index')})" if isinstance(seed, int) else ")")
+            path = standalone.write_graph(driver, graph, out, source=source,
+                                          verdict=verdict if isinstance(verdict, str) else None)
+    except standalone.StandaloneError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        driver.close()
+    if is_test:
+        path = _standalone_of_test(args.file, args.driver, out)
+    case = standalone.load_case(path)
+    worst = f", max abs difference {case['max_abs_diff']:g}" if case.get("max_abs_diff") is not None else ""
+    print(f"standalone reproducer: {path}\n  {case['outcome']} ({case.get('ended', '')}{worst})")
+    for line in case.get("output", [])[-1:]:
+        print(f"  {line}")
+    print(f"  run it: cd {path} && python run.py  (pip install {' '.join(case['packages'])} numpy)")
+    return 0
+
+
+def _standalone_of_test(test_id: str, spec: str, out: Path) -> Path:
+    """Run one test with ``--standalone-dir`` in a pytest child process (under the crash
+    guard: a test that kills its process leaves its reproducer, run here afterwards) and move
+    its reproducer to ``out``."""
+    import subprocess
+    import tempfile
+
+    from nncert.certify.runner import pytest_arguments
+    from nncert.repro import standalone
+
+    parent = files.own_dir(out.absolute().parent)
+    with tempfile.TemporaryDirectory(prefix=".nncert-standalone-", dir=parent) as staging:
+        command = [sys.executable, "-m", "pytest", *pytest_arguments([test_id]), f"--driver={spec}",
+                   f"--standalone-dir={staging}", "-q", "-p", "no:cacheprovider"]
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=STANDALONE_TEST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"{test_id} ran longer than {STANDALONE_TEST_TIMEOUT_S} s: stopped") from None
+        lines = [ln.strip() for ln in done.stdout.decode(errors="replace").splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"pytest exited with status {done.returncode}"
+        written = [p for p in Path(staging).iterdir() if p.is_dir()]
+        if len(written) != 1:
+            if done.returncode in (4, 5):  # usage error, nothing collected
+                raise UsageError(f"{test_id}: no such test on {spec} ({last.strip('()')})")
+            if done.returncode == 0:  # passed, or skipped (declined)
+                raise UsageError(f"{test_id} does not fail on {spec} ({last}): there is nothing to reproduce")
+            raise UsageError(f"{test_id} on {spec} wrote {len(written)} reproducers ({last}): only the "
+                             f"per-operation cases and random graphs of one test id are written")
+        if standalone.load_case(written[0]).get("outcome") is None:  # the case killed its process
+            standalone.measure(written[0])
+        os.rename(written[0], out)  # out is missing or an empty directory
+    return out
+
+
 def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("graphs", help="random-graph testing (ACC-5): seeded graphs judged by the "
                        "CTS criteria; failures shrunk and written as spec files")
@@ -435,13 +530,21 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                         "each case)")
     p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
     p.set_defaults(func=_cmd_graphs)
-    p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver")
-    p.add_argument("file", help="the spec file")
+    p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver; with "
+                       "--standalone, write a reproducer of it (or of a failing test id) that runs "
+                       "without nncert")
+    p.add_argument("file", help="the spec file (or, with --standalone, a test id such as "
+                                "'conformance/test_operations.py::test_operation[ADD-float32-none-s0]')")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver to replay on (default: reference)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="compile through a compilation cache in DIR, as the NNAPI runtime does, "
                         "and say whether it was a hit, a miss or refused")
+    p.add_argument("--standalone", metavar="OUT_DIR",
+                   help="write a standalone reproducer into OUT_DIR (new or empty): the runtime's model "
+                        "file, inputs.npz, expected.npz, case.json, README.md and a run.py that needs only "
+                        "numpy and the runtime (--driver: litert, onnxruntime, openvino, iree or tvm); "
+                        "docs/findings.md")
     p.set_defaults(func=_cmd_repro)
 
 

@@ -21,6 +21,7 @@ from nncert.certify.journal import JournalError
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
 from nncert.hal.errors import DriverFault, driver_fault_of
+from nncert.repro import standalone
 from nncert.requirements import DOCUMENT, REQUIREMENTS, matches
 from nncert.testing import crash_guard, expectations, triage
 from nncert.testing.harness import Declined
@@ -97,6 +98,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the tests in a supervised child pytest, so that a driver whose native "
                          "code kills the process costs that test (CRASH) and the run goes on "
                          "(default auto: on for every driver but reference, mutant and service)")
+    group.addoption("--standalone-dir", metavar="DIR",
+                    help="write a standalone reproducer (the runtime's model file, inputs, expected "
+                         "outputs, a run.py without nncert) of each failing per-operation case and "
+                         "random graph into DIR/<test id>; compiled drivers only (litert, onnxruntime, "
+                         "openvino, iree, tvm). Meant for a few test ids: `nncert repro TEST_ID "
+                         "--driver X --standalone OUT`")
     group.addoption("--crash-guard-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="under the crash guard: kill a test that has not finished after this long, "
                          "as a HANG (default 600)")
@@ -195,6 +202,18 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("--isolate and --pdb do not mix: the test runs in a child without stdin")
         if not config.getoption("isolate_timeout") > 0:
             raise pytest.UsageError("--isolate-timeout must be a positive number of seconds")
+    directory = config.getoption("standalone_dir")
+    if directory:
+        from nncert.drivers.compiled import CompiledDriver
+
+        if not isinstance(config.stash[_DRIVER], CompiledDriver):
+            raise pytest.UsageError(f"--standalone-dir: {spec} does not compile for another runtime "
+                                    f"(litert, onnxruntime, openvino, iree, tvm): it has no runtime "
+                                    f"model file to reproduce with")
+        try:
+            standalone.set_active(standalone.Session(files.own_dir(directory)))
+        except files.UnsafePathError as e:
+            raise pytest.UsageError(f"--standalone-dir: {e}") from None
     try:
         recorder = OutcomeRecorder(config)
     except (OSError, JournalError) as e:
@@ -204,6 +223,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     triage.set_active(None)
+    standalone.set_active(None)
     driver = config.stash.get(_DRIVER, None)
     if driver is not None:
         driver.close()
@@ -268,6 +288,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # the driver (a hosted driver reports itself not alive there) and must not restart it.
     if not item.config.getoption("isolate"):
         _revive_driver(item.config)
+    if standalone.ACTIVE is not None:  # the test whose case a reproducer is written of
+        standalone.ACTIVE.test_id = item.nodeid
 
 
 @pytest.hookimpl(wrapper=True)
@@ -279,6 +301,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
         report.user_properties.append(("nncert_triage", verdict.as_dict()))
     if call.excinfo is not None and call.excinfo.errisinstance(Declined):
         report.user_properties.append(("nncert_declined", True))
+    if standalone.ACTIVE is not None and call.when == "call":  # kept (and run) for a failure, xfail too
+        failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
+        standalone.ACTIVE.finish(item.nodeid, failed, verdict.summary if verdict is not None else None)
     if _strict_xpass(report):
         expectation = dict(item.user_properties).get("nncert_expectation")
         if expectation:  # a known discrepancy that is gone: say which release fixed it

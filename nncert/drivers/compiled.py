@@ -36,6 +36,9 @@ The base then gives:
   (``Executable.run_until``);
 - one execution at a time per compiled model (runtimes' interpreters are not reentrant);
 - capabilities measured on reference workloads (``nncert.drivers.measure``);
+- standalone reproducers (``nncert.repro.standalone``): ``standalone_runner`` hands over the
+  runtime's own model file and the few lines of its public Python API that run it with the
+  driver's options, so that a finding runs without nncert;
 - compilation caching (CACHE-1..7, ``nncert.drivers.caching``): the model cache holds the
   HAL model and, for a model of known shapes, the translated bytes, so that preparing from
   cache loads them into the runtime without exporting again.
@@ -48,7 +51,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -84,6 +88,34 @@ class Executable(Protocol):
         """Arrays in model-input order (the operands' dtypes, float16 widened to float32)
         to arrays in model-output order. The outputs may be views of the runtime's own
         buffers, valid until the next run: the base copies them out before that."""
+
+
+@dataclass
+class StandaloneRunner:
+    """The runtime's part of a standalone reproducer (nncert.repro.standalone), which writes
+    ``files`` beside a script whose shared part loads the inputs and judges the outputs.
+
+    ``code`` is Python source defining ``run(inputs)``: arrays in model-input order (the dtypes
+    the driver feeds) to arrays in model-output order, with numpy and the runtime's public
+    Python API only, the runtime imported inside ``run`` and the model read from ``HERE /
+    <file>`` (``HERE``: the script's directory; ``CASE``: its case.json, as a dict)."""
+
+    files: dict[str, bytes]
+    code: str
+    #: pip requirements of the script besides numpy ("onnxruntime==1.23.2")
+    packages: list[str]
+    #: the driver's options as the script passes them to the runtime, for the README
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of a distribution, "?" when its metadata cannot be read."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "?"
 
 
 #: Compiled variants kept per prepared model with dynamic shapes.
@@ -267,6 +299,12 @@ class CompiledDriver(Driver):
     def options_label(self) -> str:
         """The options that change behaviour, for version strings and caches ("kernels=ref")."""
         return ""
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The runtime's part of a standalone reproducer of ``wide`` (float16 widened, shapes
+        known), whose ``translate`` gave ``content``: the model file(s) and the code that runs
+        them as this driver does, with the same options."""
+        raise NotImplementedError(f"the {self.name} driver writes no standalone reproducer")
 
     # -- the protocol --
     def version_string(self) -> str:

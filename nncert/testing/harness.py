@@ -23,6 +23,7 @@ from nncert.hal.errors import DriverFault, HalError, ValidationError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import LATEST, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.hal.validation import validate_model
+from nncert.repro import standalone
 from nncert.testing import triage
 from nncert.testing.cases import OpCase, context_for, state_values, stepped
 from nncert.testing.criteria import output_mismatches
@@ -265,6 +266,9 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     if reason:
         return reason
     expected_dims = [tuple(e.shape) for e in case.expected]
+    if standalone.ACTIVE is not None:  # before the driver runs it: a crash leaves the reproducer
+        standalone.ACTIVE.before_case(driver, model, feeds, case.expected, variation == "relaxed",
+                                      _criterion_note(case))
     prepared = prepare_claimed(driver, model)
     request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
     try:
@@ -280,6 +284,19 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     if problems:
         raise CaseError("; ".join(problems), actual)
     return None
+
+
+def _criterion_note(case: OpCase) -> str:
+    """What a standalone reproducer's element-wise comparison misses of the case's criterion."""
+    record = case.record
+    if record.compare is not None:
+        return (f"nncert judges {record.name}'s outputs with a criterion of its own, not element by "
+                f"element: run.py compares element by element, so a difference it reports may be one "
+                f"nncert accepts.")
+    if record.unspecified is not None:
+        return (f"Some elements of {record.name}'s outputs may take any value for some inputs (nncert "
+                f"does not judge them): run.py compares every element.")
+    return ""
 
 
 def case_problems(case: OpCase, actual: Sequence[np.ndarray], model: Model | None = None,

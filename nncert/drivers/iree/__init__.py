@@ -43,7 +43,7 @@ from importlib import metadata
 import numpy as np
 
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import DeviceType, OperationType
 from nncert.hal.types import OperandType as T
@@ -150,6 +150,8 @@ class IREEDriver(CompiledDriver):
             base.append("--iree-llvmcpu-target-cpu=host")
         if opt:
             base.append(f"--iree-opt-level={opt}")
+        #: every compiler flag, the user's last (a standalone reproducer passes the same)
+        self.flags = [*base, *self.extra_flags]
         session = api.Session()
         session.set_flags(*base)
         for flag in self.extra_flags:  # one at a time: the error names the flag; the user's win
@@ -237,6 +239,38 @@ class IREEDriver(CompiledDriver):
         finally:
             inv.close()
             del callback
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The MLIR that IREE's ONNX importer makes of the exported model (the .onnx beside
+        it), compiled with this driver's flags and run on the ``local-sync`` device."""
+        with self._compile_lock:
+            mlir = self._import(content).encode()
+        given = ("--iree-input-type=", "--iree-hal-target-backends=")  # compile_file's arguments
+        flags = [f for f in self.flags if not f.startswith(given)]
+        code = f"""def run(inputs):
+    import iree.compiler
+    import iree.runtime
+
+    vmfb = iree.compiler.compile_file(str(HERE / "model.mlir"), input_type="onnx",
+                                      target_backends=[{self.backend!r}], extra_args={flags!r})
+    config = iree.runtime.Config({RUNTIME_DEVICE!r})
+    context = iree.runtime.SystemContext(config=config)
+    context.add_vm_module(iree.runtime.VmModule.copy_buffer(config.vm_instance, vmfb))
+    results = context.modules.module[{FUNCTION!r}](*inputs)
+    results = results if isinstance(results, (tuple, list)) else [results]
+    outputs = []
+    for result, output in zip(results, CASE["outputs"]):
+        a, wanted = result.to_host(), np.dtype(output["dtype"])
+        # IREE's integers are signless: a uint8 result comes back as int8 of the same bits
+        if a.dtype != wanted and a.dtype.kind in "iu" and wanted.kind in "iu":
+            a = a.view(wanted)
+        outputs.append(a)
+    return outputs
+"""
+        packages = [f"iree-base-compiler=={metadata.version('iree-base-compiler')}",
+                    f"iree-base-runtime=={metadata.version('iree-base-runtime')}"]
+        return StandaloneRunner({"model.mlir": mlir, "model.onnx": content}, code, packages,
+                                {"flags": self.flags, "device": RUNTIME_DEVICE})
 
     def load_built(self, artefact: bytes, model: Model) -> IREEExecutable:
         out_types = None if model is None else \

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner, Unmappable, installed_version
 from nncert.drivers.litert.export import export, operation_problem, stop_flags
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
@@ -209,6 +209,37 @@ class LiteRTDriver(CompiledDriver):
         main = model.main
         return LiteRTExecutable(interp, [main.operands[i].dimensions for i in main.output_indexes],
                                 stop_flags(content))
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The .tflite as exported, run by ``Interpreter`` with this driver's kernels, threads
+        and delegate."""
+        resolver = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "ref": "BUILTIN_REF"}
+        options = {"num_threads": self.threads,
+                   "experimental_op_resolver_type": f"OpResolverType.{resolver[self.kernels]}"}
+        if self.delegate_path:
+            delegate = f"load_delegate({self.delegate_path!r}, {self.delegate_options!r})"
+            options["experimental_delegates"] = f"[{delegate}]"
+        arguments = "".join(f",\n        {k}={v}" for k, v in options.items())
+        names = "Interpreter, OpResolverType" + (", load_delegate" if self.delegate_path else "")
+        module = "ai_edge_litert" if self.runtime.startswith("ai-edge-litert") else "tflite_runtime"
+        code = f"""def run(inputs):
+    from {module}.interpreter import {names}
+
+    interpreter = Interpreter(
+        model_path=str(HERE / "model.tflite"){arguments})
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), inputs):
+        interpreter.set_tensor(detail["index"], value)
+    interpreter.invoke()
+    outputs = [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+    # TFLite gives rank 0 where the model's output has shape [1]
+    return [a.reshape(o["shape"]) if a.size == np.prod(o["shape"]) else a
+            for a, o in zip(outputs, CASE["outputs"])]
+"""
+        distribution = "ai-edge-litert" if module == "ai_edge_litert" else "tflite-runtime"
+        return StandaloneRunner({"model.tflite": content}, code,
+                                [f"{distribution}=={installed_version(distribution)}"],
+                                {"kernels": self.kernels, **options})
 
 
 __all__ = ["LiteRTDriver", "Unmappable", "export"]

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from nncert.drivers.compiled import CompiledDriver
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
 from nncert.hal.types import DeviceType, ErrorStatus, OperationType
@@ -146,6 +146,24 @@ class OnnxRuntimeDriver(CompiledDriver):
         loops = any(op.type is OperationType.WHILE for sg in model.referenced for op in sg.operations) or \
             any(op.type is OperationType.WHILE for op in model.main.operations)
         return OrtExecutable(session, [i.name for i in session.get_inputs()], loops)
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The ONNX model as exported, in an ``InferenceSession`` with ``session_options``."""
+        options = {"graph_optimization_level": f"ort.GraphOptimizationLevel.{OPT_LEVELS[self.opt_level]}",
+                   "intra_op_num_threads": self.threads, "inter_op_num_threads": 1,
+                   "execution_mode": "ort.ExecutionMode.ORT_SEQUENTIAL", "use_deterministic_compute": True}
+        settings = "".join(f"\n    options.{k} = {v}" for k, v in options.items())
+        code = f"""def run(inputs):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions(){settings}
+    session = ort.InferenceSession(str(HERE / "model.onnx"), options, providers=[{self.provider!r}])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, dict(zip(names, inputs)))
+"""
+        return StandaloneRunner({"model.onnx": content}, code,
+                                [f"onnxruntime=={self._ort.__version__}"],
+                                {"provider": self.provider, "quant": self.quant, **options})
 
 
 __all__ = ["OnnxRuntimeDriver"]

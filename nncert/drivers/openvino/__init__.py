@@ -52,7 +52,7 @@ import numpy as np
 
 from nncert import files
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver, Unmappable
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner, Unmappable
 from nncert.hal.model import Model
 from nncert.hal.types import DeviceType, OperandType, OperationType
 
@@ -308,6 +308,33 @@ class OpenVINODriver(CompiledDriver):
             compiled = self._core.import_model(artefact, self.device, self.properties(precision))
             self._remember(artefact, model, compiled)
         return OpenVINOExecutable(compiled, self._positions(compiled, model))
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The exported model read by OpenVINO's frontend and compiled with ``properties``; the
+        inputs fed by the names the exporters give them, as ``_positions`` matches them."""
+        name = "model.onnx" if self.frontend == "onnx" else "model.tflite"
+        if self.frontend == "onnx":
+            names = [f"n{k}" for k in range(len(wide.main.input_indexes))]
+        else:
+            names = [f"hal{i}" for i in wide.main.input_indexes]
+        properties = self.properties(self.precision_for(wide))
+        listed = "".join(f"\n        {k!r}: {v!r}," for k, v in properties.items())
+        code = f"""def run(inputs):
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(HERE / "{name}")), {self.device!r}, {{{listed}
+    }})
+    # OpenVINO drops a model input that nothing reads: inputs are fed by name
+    by_name = dict(zip({names!r}, inputs))
+    feeds = {{port: by_name[n] for port in compiled.inputs for n in port.get_names() if n in by_name}}
+    request = compiled.create_infer_request()
+    request.infer(feeds)
+    return [request.get_output_tensor(i).data for i in range(len(compiled.outputs))]
+"""
+        version = self._ov.__version__.split("-")[0]
+        return StandaloneRunner({name: content}, code, [f"openvino=={version}"],
+                                {"device": self.device, "frontend": self.frontend, **properties})
 
     def _positions(self, compiled: Any, model: Model) -> list[int]:
         """The model input of each compiled input, by the names the exporters give them

@@ -52,7 +52,7 @@ import numpy as np
 
 from nncert import files
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner, installed_version
 from nncert.hal.model import Model
 from nncert.hal.types import DeviceType, OperationType
 
@@ -321,6 +321,35 @@ class TVMDriver(CompiledDriver):
         from nncert.drivers.onnxruntime.export import canonical_bytes
 
         return canonical_bytes(model)
+
+    def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
+        """The exported ONNX model imported by the Relax ONNX frontend, compiled with this
+        driver's target and optimisation level and run by the Relax VM on TVM_NUM_THREADS
+        threads (the driver links and loads the library; the VM runs the same code)."""
+        target = {k: v for k, v in json.loads(str(self.target)).items()
+                  if not (k == "tag" and not v) and not (k == "keys" and v == ["cpu"])}
+        code = f"""def run(inputs):
+    import os
+
+    os.environ["TVM_NUM_THREADS"] = "{self.threads}"  # before TVM starts its thread pool
+    import onnx
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    module = from_onnx(onnx.load(str(HERE / "model.onnx")), keep_params_in_input=False)
+    target = tvm.target.Target({target!r})
+    with tvm.transform.PassContext(opt_level={self.opt_level}):
+        executable = tvm.compile(module, target=target)
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    results = vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs])
+    results = [results] if isinstance(results, tvm.runtime.Tensor) else list(results)
+    return [r.numpy() for r in results]
+"""
+        return StandaloneRunner({"model.onnx": content}, code,
+                                [f"apache-tvm=={installed_version('apache-tvm')}",
+                                 f"onnx=={installed_version('onnx')}"],
+                                {"target": target, "opt_level": self.opt_level, "threads": self.threads})
 
     def _compiled(self, content: bytes):
         """The Relax VM executable of ONNX bytes (TVM's errors with what it logged)."""

@@ -1,0 +1,1 @@
+"""Reproducers of nncert's findings that run without nncert (``standalone``)."""
