@@ -695,7 +695,6 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_certify(args: argparse.Namespace) -> int:
-    from nncert.certify import report as reports
     from nncert.certify.runner import CertifyError, Request, certify
 
     suites = [s.strip() for s in args.suites.split(",") if s.strip()] if args.suites else None
@@ -705,28 +704,48 @@ def _cmd_certify(args: argparse.Namespace) -> int:
     if out is None:
         raise UsageError("--out DIR is required (or --resume DIR)")
     request = Request(Path(out), args.driver, args.plan, suites, args.expectations or [], args.jobs,
-                      args.resume is not None)
+                      args.resume is not None, args.shard, args.durations_from)
     try:
         report = certify(request)
     except CertifyError as e:
         raise UsageError(str(e)) from None
+    return _print_verdict(report, request.out)
+
+
+def _print_verdict(report: dict, out: Path) -> int:
+    from nncert.certify import report as reports
+
     verdict = report["verdict"]
-    print(f"{verdict['overall']}: {report['driver'].get('spec')} on plan {report['plan']['name']}")
+    part = report.get("shard")
+    of = f" (shard {part['index']}/{part['count']}: merge the shards' reports)" if part else ""
+    print(f"{verdict['overall']}: {report['driver'].get('spec')} on plan {report['plan']['name']}{of}")
     for reason in verdict["reasons"]:
         print(f"  {reason}")
-    print(f"report: {request.out / reports.HTML_FILE} (data: {request.out / reports.REPORT_FILE}; "
-          f"check it with: nncert certify verify {request.out})")
+    print(f"report: {out / reports.HTML_FILE} (data: {out / reports.REPORT_FILE}; "
+          f"check it with: nncert certify verify {out})")
     return verdict["exit_status"]
+
+
+def _cmd_certify_merge(args: argparse.Namespace) -> int:
+    from nncert.certify.merge import merge
+    from nncert.certify.runner import CertifyError
+
+    try:
+        report = merge([Path(d) for d in args.dirs], Path(args.out))
+    except CertifyError as e:
+        raise UsageError(str(e)) from None
+    return _print_verdict(report, Path(args.out))
 
 
 def _add_certify(sub: argparse._SubParsersAction) -> None:
     from nncert.certify.plan import known_plans
 
     p = sub.add_parser("certify", help="certify a driver: every suite of a plan, one verifiable report; "
-                       "also `certify verify` and `certify diff`",
+                       "also `certify merge`, `certify verify` and `certify diff`",
                        usage="nncert certify --driver SPEC --out DIR [--plan NAME] [--suites A,B] "
-                             "[--expectations FILE] [--jobs N]\n"
+                             "[--expectations FILE] [--jobs N] [--shard I/N [--durations-from REPORT]]\n"
                              "       nncert certify --resume DIR\n"
+                             "       nncert certify merge SHARD_DIR... --out DIR\n"
                              "       nncert certify verify DIR\n"
                              "       nncert certify diff OLD NEW [--json FILE]",
                        description="Run the plan's suites against the driver, each in a child process "
@@ -744,7 +763,19 @@ def _add_certify(sub: argparse._SubParsersAction) -> None:
                    help="a vendor's expectations file (strict xfails) besides the driver's own; repeatable")
     p.add_argument("--jobs", type=int, metavar="N", help="suites at a time (default: 2, or 1 on one core)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR: only what has no outcome runs")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N: a deterministic 1/N of every suite's tests (one shard a "
+                        "machine; then `certify merge`)")
+    p.add_argument("--durations-from", metavar="REPORT",
+                   help="with --shard: balance the shards by the test durations of this earlier report "
+                        "(every shard must be given the same one; default: round-robin)")
     p.set_defaults(func=_cmd_certify)
+    p = sub.add_parser("certify-merge", prog="nncert certify merge",
+                       help="one report from the reports of a sharded run's N shards "
+                            "(as `nncert certify merge DIR... --out DIR`)")
+    p.add_argument("dirs", nargs="+", metavar="SHARD_DIR", help="the shards' report directories, 1/N to N/N")
+    p.add_argument("--out", required=True, metavar="DIR", help="the merged report's directory (new or empty)")
+    p.set_defaults(func=_cmd_certify_merge)
     p = sub.add_parser("certify-verify", prog="nncert certify verify",
                        help="re-check a certification report (as `nncert certify verify DIR`)")
     p.add_argument("dir", help="the report's directory")
@@ -847,7 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_test(argparse.Namespace(pytest_args=argv[1:]))
     if argv[:1] == ["fuzz"] and argv[1:2] in (["corpus"], ["replay"]):  # `fuzz corpus`, `fuzz replay`
         argv = [f"fuzz-{argv[1]}", *argv[2:]]
-    if argv[:1] == ["certify"] and argv[1:2] in (["verify"], ["diff"]):  # `certify verify`, `certify diff`
+    if argv[:1] == ["certify"] and argv[1:2] in (["verify"], ["diff"], ["merge"]):  # `certify verify`, ...
         argv = [f"certify-{argv[1]}", *argv[2:]]
     flags: list[str] = []
     if argv[:1] == ["fuzz"] and "--" in argv:  # `nncert fuzz ... -- LIBFUZZER_FLAGS`

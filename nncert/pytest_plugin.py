@@ -16,7 +16,7 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from nncert import files
-from nncert.certify import journal
+from nncert.certify import journal, shard
 from nncert.certify.journal import JournalError
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
@@ -50,6 +50,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "takes the session down)")
     group.addoption("--nncert-suite", default="pytest", metavar="NAME",
                     help="the suite name journal records carry (default: pytest)")
+    group.addoption("--nncert-shard", metavar="I/N",
+                    help="run only shard I of N of the selected tests (after -k, -m and --req): "
+                         "sorted ids dealt round-robin, or as --nncert-partition says (how `nncert "
+                         "certify --shard` runs a suite)")
+    group.addoption("--nncert-partition", metavar="FILE",
+                    help="with --nncert-shard: the partition file of a sharded certification run "
+                         "(its entry for --nncert-suite)")
     group.addoption("--isolate", action="store_true",
                     help="run every test in a forked child process with a deadline: a test that "
                          "crashes or hangs is reported as CRASH or HANG and the session goes on. "
@@ -215,6 +222,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except files.UnsafePathError as e:
             raise pytest.UsageError(f"--standalone-dir: {e}") from None
     try:
+        config.stash[_SHARD] = _shard(config)
+    except shard.ShardError as e:
+        raise pytest.UsageError(str(e)) from None
+    try:
         recorder = OutcomeRecorder(config)
     except (OSError, JournalError) as e:
         raise pytest.UsageError(f"--nncert-journal: {e}") from None
@@ -231,6 +242,31 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 _DRIVER = pytest.StashKey[Driver]()
 _EXPECTATIONS = pytest.StashKey[list]()
+#: --nncert-shard: (I, N, the suite's partition entry), or None.
+_SHARD = pytest.StashKey["tuple[int, int, dict] | None"]()
+
+
+def _shard(config: pytest.Config) -> tuple[int, int, dict] | None:
+    """--nncert-shard and --nncert-partition, checked (ShardError naming the fault)."""
+    text, path = config.getoption("nncert_shard"), config.getoption("nncert_partition")
+    if text is None:
+        if path is not None:
+            raise shard.ShardError("--nncert-partition needs --nncert-shard I/N")
+        return None
+    index, count = shard.parse_shard(text, "--nncert-shard")
+    entry = None
+    if path is not None:
+        where = f"--nncert-partition {path}"
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise shard.ShardError(f"{where}: cannot read it: {e.strerror or e}") from None
+        try:
+            content = json.loads(data)
+        except (UnicodeDecodeError, ValueError):
+            raise shard.ShardError(f"{where}: not JSON") from None
+        entry = shard.suite_entry(content, config.getoption("nncert_suite"), count, where)
+    return index, count, entry
 
 
 def requirement_ids(item: pytest.Item) -> list[str]:
@@ -534,10 +570,22 @@ class OutcomeRecorder:
     @pytest.hookimpl(trylast=True)  # after -k, -m and --req chose the tests
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
+        sharded = config.stash.get(_SHARD, None)
+        collected = len(items)
+        if sharded is not None:  # this shard's part of what the whole run would collect
+            index, count, entry = sharded
+            mine = shard.select([item.nodeid for item in items], index, count, entry)
+            others = [item for item in items if item.nodeid not in mine]
+            if others:
+                config.hook.pytest_deselected(items=others)
+                items[:] = [item for item in items if item.nodeid in mine]
         if self.journal is None:
             return
-        self.journal.write({"event": "collected", "suite": self.suite,
-                            "tests": [_collected_entry(item) for item in items]})
+        record: dict[str, object] = {"event": "collected", "suite": self.suite,
+                                     "tests": [_collected_entry(item) for item in items]}
+        if sharded is not None:
+            record["shard"] = {"index": sharded[0], "count": sharded[1], "of": collected}
+        self.journal.write(record)
         done = [item for item in items if item.nodeid in self.done]
         if done:
             config.hook.pytest_deselected(items=done)

@@ -363,6 +363,7 @@ def _header(page: _Page) -> str:
         ),
         ("nncert", escape(f"{env.get('nncert', run.get('nncert', '?'))} {env.get('nncert_commit') or ''}")),
     ]
+    facts += _shard_facts(report)
     rows = "".join(f"<tr><td>{k}</td><td>{val}</td></tr>" for k, val in facts)
     return (
         f"<h1>nncert certification of <code>{escape(driver.get('spec', ''))}</code></h1>"
@@ -962,6 +963,50 @@ def _environment(report: dict[str, Any]) -> str:
         f"<details><summary>the plan <code>{escape(plan['name'])}</code> as run (sha256 "
         f"<code>{escape(plan['sha256'][:16])}</code>…)</summary><pre>{escape(plan['text'])}</pre></details>"
     )
+
+
+def _shard_facts(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """A shard's report says which shard it is, and that its verdict is over that part alone; a
+    merged report names its parts (docs/certification.md, "Sharding")."""
+    part, merged = report.get("shard"), report.get("merged")
+    if isinstance(part, dict):
+        suites = part.get("suites") or {}
+        selected = sum(s.get("selected") or 0 for s in suites.values() if isinstance(s, dict))
+        collected = sum(s.get("collected") or 0 for s in suites.values() if isinstance(s, dict))
+        return [
+            (
+                "shard",
+                "<b>"
+                + escape(
+                    f"shard {part.get('index')}/{part.get('count')}: {selected:,} of the plan's "
+                    f"{collected:,} "
+                    f"tests; the verdict covers this shard's tests alone"
+                )
+                + "</b>"
+                + escape(
+                    f" (partition {part.get('method')}"
+                    + (f", durations from {part['durations_from']}" if part.get("durations_from") else "")
+                    + "; merge every shard's report with nncert certify merge)"
+                ),
+            )
+        ]
+    if isinstance(merged, dict):
+        parts = [p for p in merged.get("parts") or [] if isinstance(p, dict)]
+        return [
+            (
+                "merged",
+                escape(f"from {len(parts)} shards (partition {merged.get('method')}): ")
+                + "; ".join(
+                    escape(
+                        f"{p.get('shard')}: {p.get('tests')} tests, {p.get('verdict')}, "
+                        f"{(p.get('environment') or {}).get('cpu', '?')}, "
+                        f"{p.get('started')} to {p.get('finished')}"
+                    )
+                    for p in parts
+                ),
+            )
+        ]
+    return []
 
 
 def render(report: dict[str, Any]) -> str:

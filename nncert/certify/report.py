@@ -112,12 +112,10 @@ def _suites(
         state = states.get(name, journal.SuiteState())
         if name not in settings.suites:
             where, message = "not selected", "left out with --suites"
-        elif not state.events:
-            where, message = "not run", ""
-        elif state.events[-1]["state"] == "started":  # the run was interrupted before it ended
-            where, message = "interrupted", f"{len(state.missing)} tests did not run"
+        elif settings.merged:
+            where, message = _merged_state(state, settings.merged)
         else:
-            where, message = state.events[-1]["state"], state.events[-1].get("message", "")
+            where, message = _suite_state(state, state.events)
         out.append(
             {
                 "name": name,
@@ -125,13 +123,56 @@ def _suites(
                 "state": where,
                 "message": message,
                 "starts": sum(1 for e in state.events if e["state"] == "started"),
-                "wall": _wall(state.events),
+                "wall": _merged_wall(state, settings.merged) if settings.merged else _wall(state.events),
                 "tests": len(state.tests),
                 "counts": dict(by_suite[name]),
                 "duration": round(duration[name], 3),
             }
         )
     return out
+
+
+def _suite_state(state: journal.SuiteState, events: list[dict[str, Any]]) -> tuple[str, str]:
+    """A suite's state and its message, from the runner's records of it."""
+    if not events:
+        return "not run", ""
+    if events[-1]["state"] == "started":  # the run was interrupted before it ended
+        return "interrupted", f"{len(state.missing)} tests did not run"
+    return events[-1]["state"], events[-1].get("message", "")
+
+
+def _merged_state(state: journal.SuiteState, shards: list[str]) -> tuple[str, str]:
+    """A suite of a merged run: finished when it finished on every shard, else the state of the
+    first shard where it did not (a shard that never started it: not run)."""
+    parts = [(s, *_suite_state(state, [e for e in state.events if e.get("shard") == s])) for s in shards]
+    unfinished = [p for p in parts if p[1] != "finished"]
+    where = unfinished[0][1] if unfinished else "finished"
+    return where, "; ".join(f"shard {s} {w}: {m}".rstrip(": ") for s, w, m in unfinished or parts)
+
+
+def _merged_wall(state: journal.SuiteState, shards: list[str]) -> float:
+    """A merged run's suite: its children's seconds on every shard, added up."""
+    return round(sum(_wall([e for e in state.events if e.get("shard") == s]) for s in shards), 3)
+
+
+def _shard(settings: RunSettings, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What a shard's report says of its shard: which, how the plan was dealt, and per suite how
+    many tests it selected of how many the suite collected (its tests are the report's)."""
+    if not settings.shard:
+        return None
+    index, count = settings.shard.split("/")
+    suites: dict[str, dict[str, int]] = {}
+    for r in records:
+        if r["event"] == "collected" and isinstance(r.get("shard"), dict):
+            suites[r["suite"]] = {"collected": r["shard"].get("of"), "selected": len(r["tests"])}
+    return {
+        "index": int(index),
+        "count": int(count),
+        "method": settings.partition,
+        "partition_sha256": settings.partition_sha256,
+        "durations_from": settings.durations_from or None,
+        "suites": suites,
+    }
 
 
 def _wall(events: list[dict[str, Any]]) -> float:
@@ -288,6 +329,10 @@ def build(out: Path, plan: Plan, settings: RunSettings) -> dict[str, Any]:
         "waivers": waivers,
         "stale_waivers": stale,
         "expectations_not_applied": last_run.get("expectations_not_applied", []),
+        # A shard's own part (docs/certification.md, "Sharding"); a merged report's parts are
+        # added by nncert.certify.merge.
+        "shard": _shard(settings, records),
+        "merged": None,
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shlex
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nncert import __version__, datafiles, files
-from nncert.certify import journal
+from nncert.certify import journal, shard
 from nncert.certify.plan import Plan, Suite, suite_files
 from nncert.resources import SUITE_DIRS, SUITES_INI, suites_root
 from nncert.testing.outcome import how_it_ended
@@ -59,6 +60,16 @@ class RunSettings:
     expectations: list[str] = field(default_factory=list)
     jobs: int = 1
     nncert: str = __version__
+    #: ``I/N``: this run is shard I of N (docs/certification.md, "Sharding"); empty: the whole plan.
+    shard: str = ""
+    #: A sharded or merged run: how the tests were dealt (round-robin, durations), and the SHA-256
+    #: of the partition file, the same on every shard.
+    partition: str = ""
+    partition_sha256: str = ""
+    #: The report whose durations balanced the shards, as given.
+    durations_from: str = ""
+    #: A merged run: its shards, ``1/N`` to ``N/N``.
+    merged: list[str] = field(default_factory=list)
 
     def save(self, out: Path) -> None:
         files.write_atomic(out / RUN_FILE, json.dumps(asdict(self), indent=1) + "\n")
@@ -87,6 +98,11 @@ class RunSettings:
                 datafiles.string(value, f"{path}: {key}", CertifyError)
             elif not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise CertifyError(f"{path}: {key} must be a list of strings")
+        for name in [data["shard"]] if data.get("shard") else data.get("merged", []):
+            try:
+                shard.parse_shard(name)
+            except shard.ShardError as e:
+                raise CertifyError(f"{path}: {e}") from None
         return cls(**data)
 
 
@@ -194,6 +210,9 @@ class SuiteRun:
             *(f"--expectations={e}" for e in settings.expectations),
             *suite.args,
         ]
+        if settings.shard:
+            partition = self.out / shard.PARTITION_FILE
+            args += [f"--nncert-shard={settings.shard}", f"--nncert-partition={partition}"]
         if self.isolate:
             args += ["--isolate", f"--isolate-timeout={suite.test_timeout}"]
         return [sys.executable, "-m", "pytest", *pytest_arguments(args)]
@@ -215,6 +234,8 @@ class SuiteRun:
             "isolate": self.isolate,
             "command": shlex.join(command),
         }
+        if self.settings.shard:  # a merged journal tells the shards' children apart by it
+            record["shard"] = self.settings.shard
         self.writer.write(record, sync=True)
         with os.fdopen(files.open_append(self.log_path), "ab") as log:
             log.write(f"\n--- start {self.starts}: {record['command']}\n".encode())
@@ -314,16 +335,16 @@ class SuiteRun:
 
     def _finish(self, result: str, message: str) -> None:
         self.finished, self.result = True, result
-        self.writer.write(
-            {
-                "event": "suite",
-                "suite": self.suite.name,
-                "state": result,
-                "message": message,
-                "time": time.time(),
-            },
-            sync=True,
-        )
+        record = {
+            "event": "suite",
+            "suite": self.suite.name,
+            "state": result,
+            "message": message,
+            "time": time.time(),
+        }
+        if self.settings.shard:
+            record["shard"] = self.settings.shard
+        self.writer.write(record, sync=True)
 
     def _log_tail(self, chars: int) -> str:
         try:
@@ -460,6 +481,8 @@ class Request:
     expectations: list[str] = field(default_factory=list)
     jobs: int | None = None
     resume: bool = False
+    shard: str | None = None  # I/N
+    durations_from: str | None = None  # a report directory
 
 
 def _lock(out: Path) -> int:
@@ -476,13 +499,33 @@ def _lock(out: Path) -> int:
     return fd
 
 
-def _settings(request: Request) -> tuple[RunSettings, Plan]:
+def _shard_name(text: str) -> str:
+    """``--shard I/N`` checked, as ``I/N``."""
+    try:
+        return shard.shard_name(*shard.parse_shard(text))
+    except shard.ShardError as e:
+        raise CertifyError(str(e)) from None
+
+
+def _durations(path: str) -> tuple[dict[str, Any], str]:
+    """The report of ``--durations-from`` and the SHA-256 of its report.json."""
+    from nncert.certify import report as reports
+
+    try:
+        previous = reports.load(Path(path))
+    except ValueError as e:
+        raise CertifyError(f"--durations-from: {e}") from None
+    return previous, reports.file_sha256(Path(path) / reports.REPORT_FILE)
+
+
+def _settings(request: Request) -> tuple[RunSettings, Plan, str]:
     """The run's settings: new from the request, or, with --resume, the recorded ones (which
-    the request may repeat but not change)."""
+    the request may repeat but not change); and a new sharded run's partition file."""
     from nncert.certify.plan import PlanError, load_plan
     from nncert.testing import expectations
 
     out = request.out
+    shard_given = _shard_name(request.shard) if request.shard is not None else None
     if request.resume:
         if not out.is_dir():
             raise CertifyError(f"--resume {out}: no such directory")
@@ -499,6 +542,26 @@ def _settings(request: Request) -> tuple[RunSettings, Plan]:
         ):
             if given is not None and given != recorded:
                 raise CertifyError(f"--resume {out}: the run there has {what} {recorded!r}, not {given!r}")
+        if shard_given is not None and shard_given != settings.shard:
+            raise CertifyError(
+                f"--resume {out}: the run there is "
+                + (f"shard {settings.shard}" if settings.shard else "not sharded")
+                + f", not --shard {shard_given}"
+            )
+        if request.durations_from is not None and request.durations_from != settings.durations_from:
+            raise CertifyError(
+                f"--resume {out}: the run there was partitioned when it began "
+                f"({settings.partition or 'not sharded'}); resume it without --durations-from"
+            )
+        if settings.merged:
+            raise CertifyError(f"--resume {out}: a merged report; resume its shards, then merge them again")
+        if settings.shard:
+            try:
+                digest = hashlib.sha256((out / shard.PARTITION_FILE).read_bytes()).hexdigest()
+            except OSError as e:
+                raise CertifyError(f"--resume {out}: {shard.PARTITION_FILE}: {e.strerror or e}") from None
+            if digest != settings.partition_sha256:
+                raise CertifyError(f"--resume {out}: {shard.PARTITION_FILE} changed since the run began")
         if (
             request.expectations
             and [str(Path(e).resolve()) for e in request.expectations] != settings.expectations
@@ -513,7 +576,9 @@ def _settings(request: Request) -> tuple[RunSettings, Plan]:
                 f"--resume {out}: plan {settings.plan!r} changed since the run began "
                 f"(sha256 {plan.sha256[:12]}, recorded {settings.plan_sha256[:12]})"
             )
-        return settings, plan
+        return settings, plan, ""
+    if request.durations_from is not None and shard_given is None:
+        raise CertifyError("--durations-from balances the shards of a sharded run: give --shard I/N too")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CertifyError(
             f"--out {out} is not empty: give --resume {out} to continue the run there, or a new directory"
@@ -552,7 +617,16 @@ def _settings(request: Request) -> tuple[RunSettings, Plan]:
         files,
         jobs,
     )
-    return settings, plan
+    partition = ""
+    if shard_given is not None:
+        given = request.durations_from
+        previous, digest = (None, "") if given is None else _durations(given)
+        content = shard.partition(settings.suites, shard.parse_shard(shard_given)[1], previous, digest)
+        partition = shard.dumps(content)
+        settings.shard, settings.partition = shard_given, content["method"]
+        settings.partition_sha256 = hashlib.sha256(partition.encode()).hexdigest()
+        settings.durations_from = request.durations_from or ""
+    return settings, plan, partition
 
 
 def _expectations(settings: RunSettings) -> tuple[list[dict[str, str]], list[str]]:
@@ -583,7 +657,7 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
 
     if os.path.lexists(request.out):  # a link, another user's directory: refused before anything runs
         files.check_dir(request.out)
-    settings, plan = _settings(request)
+    settings, plan, partition = _settings(request)
     for name in settings.suites:
         suite_files(plan.suite(name))
     try:
@@ -596,6 +670,8 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
     lock = _lock(out)
     try:
         if not request.resume:
+            if partition:  # before run.json: a run.json names a run that can be resumed
+                files.write_atomic(out / shard.PARTITION_FILE, partition)
             settings.save(out)
         with journal.Writer(out / JOURNAL_FILE) as writer:
             journal.cut_torn_tail(out / JOURNAL_FILE)
@@ -605,6 +681,7 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
                     "state": "started",
                     "time": time.time(),
                     "resume": request.resume,
+                    "shard": settings.shard,
                     "identity": identity,
                     "environment": environment(runtimes),
                     "expectations_not_applied": not_applied,
@@ -612,9 +689,10 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
                 sync=True,
             )
         progress = Progress(stream)
+        sharded = f", shard {settings.shard} ({settings.partition})" if settings.shard else ""
         stream.write(
             f"nncert certify: {settings.driver} ({identity.get('version_string', identity.get('error'))}), "
-            f"plan {plan.name} ({len(settings.suites)} suites), {settings.jobs} at a time; "
+            f"plan {plan.name} ({len(settings.suites)} suites{sharded}), {settings.jobs} at a time; "
             f"output in {out}\n"
         )
         stream.flush()

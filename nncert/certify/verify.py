@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nncert import __version__
-from nncert.certify import journal
+from nncert.certify import journal, shard
 from nncert.certify.plan import Plan, PlanError, known_plans, load_plan, suite_files
 from nncert.certify.report import (
     JOURNAL_FILE,
@@ -55,7 +55,7 @@ def verify(out: Path, recollect: bool = True) -> list[str]:
         report = load(out)
     except ValueError as e:
         raise NotAReport(str(e)) from None
-    problems = _manifest(out)
+    problems = manifest_problems(out)
     try:
         problems += _content(out, report, recollect)
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a report edited out of shape
@@ -63,7 +63,8 @@ def verify(out: Path, recollect: bool = True) -> list[str]:
     return problems
 
 
-def _manifest(out: Path) -> list[str]:
+def manifest_problems(out: Path) -> list[str]:
+    """The manifest's problems: files changed, missing, unlisted, symlinks."""
     problems = []
     listed: set[str] = set()
     for n, line in enumerate((out / MANIFEST_FILE).read_text(errors="replace").splitlines(), 1):
@@ -102,10 +103,16 @@ def _content(out: Path, report: dict[str, Any], recollect: bool) -> list[str]:
         settings = RunSettings.load(out)
     except CertifyError as e:
         return [*problems, str(e)]
+    if settings.shard:
+        problems += _partition(out, settings)
+    if settings.merged:
+        from nncert.certify import merge
+
+        problems += merge.check(out, report, settings)
     if plan is not None:
         problems += _journal_matches(out, report, plan, settings)
         if recollect and made_by == __version__:
-            problems += _recollected(report, plan, settings)
+            problems += _recollected(out, report, plan, settings)
     problems += _verdicts(report)
     return problems
 
@@ -167,8 +174,17 @@ def _journal_matches(out: Path, report: dict[str, Any], plan: Plan, settings: Ru
     return problems + _bounded(sorted(mismatches))
 
 
-def _recollected(report: dict[str, Any], plan: Plan, settings: RunSettings) -> list[str]:
-    """Collect each suite that ran again, as the plan says, and compare its tests with the report's."""
+def _partition(out: Path, settings: RunSettings) -> list[str]:
+    """A shard's partition file is the one its run began with."""
+    path = out / shard.PARTITION_FILE
+    if not path.is_file() or file_sha256(path) != settings.partition_sha256:
+        return [f"{shard.PARTITION_FILE} is not the partition shard {settings.shard} was dealt by (changed)"]
+    return []
+
+
+def _recollected(out: Path, report: dict[str, Any], plan: Plan, settings: RunSettings) -> list[str]:
+    """Collect each suite that ran again, as the plan says (a shard: its part of each), and
+    compare its tests with the report's."""
     stated: dict[str, set[str]] = {}
     for t in report["tests"]:
         stated.setdefault(t["suite"], set()).add(t["id"])
@@ -189,6 +205,9 @@ def _recollected(report: dict[str, Any], plan: Plan, settings: RunSettings) -> l
                 f"--nncert-suite={name}",
                 *suite.args,
             ]
+            if settings.shard:
+                partition = os.path.abspath(out / shard.PARTITION_FILE)
+                args += [f"--nncert-shard={settings.shard}", f"--nncert-partition={partition}"]
             procs[name] = (
                 subprocess.Popen(
                     [sys.executable, "-m", "pytest", *pytest_arguments(args)],
