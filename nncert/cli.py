@@ -308,9 +308,10 @@ def _graph_cells(args: argparse.Namespace) -> list:
 
     if args.cell:
         try:
-            return [Cell.parse(label) for label in args.cell]
+            cells = [Cell.parse(label) for label in args.cell]
         except ValueError as e:
             raise UsageError(f"--cell: {e}") from None
+        return list({c.label: c for c in cells}.values())  # a cell named twice runs once
     cells = matrix(quantised=not args.cts_types)
     kinds = args.kind.split(",") if args.kind else list(KINDS)
     types = args.type.split(",") if args.type else list(TYPES)
@@ -321,12 +322,26 @@ def _graph_cells(args: argparse.Namespace) -> list:
     return [c for c in cells if c.kind in kinds and (c.kind == "single" or c.type in types)]
 
 
+def _shard(text: str | None) -> tuple[int, int] | None:
+    from nncert.certify.shard import ShardError, parse_shard
+
+    if text is None:
+        return None
+    try:
+        return parse_shard(text)
+    except ShardError as e:
+        raise UsageError(str(e)) from None
+
+
 def _cmd_graphs(args: argparse.Namespace) -> int:
     from nncert.drivers import load_driver
+    from nncert.testing import graph_summary
     from nncert.testing import random_graphs as rg
     from nncert.testing import triage
 
-    cells = _graph_cells(args)
+    shard = _shard(args.shard)
+    selection = _graph_cells(args)
+    cells = rg.shard_cells(selection, *shard) if shard else selection
     if args.graphs < 1:
         raise UsageError("--graphs must be at least 1")
     out = Path(args.out)
@@ -339,14 +354,27 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
     driver = load_driver(args.driver)
-    failures = []
-    totals = {"passed": 0, "declined": 0}
+    shrink_runs = 0 if args.no_shrink else rg.SHRINK_RUNS
+    run = graph_summary.Run(args.driver, driver.version_string(), args.seed, args.graphs, shrink_runs,
+                            not args.no_triage, [c.label for c in selection], shard or (1, 1))
+    labels = [c.label for c in cells]
+    results: dict[str, dict] = {}
+    started = time.perf_counter()
+
+    def summarise(complete: bool) -> Path:
+        summary = graph_summary.build(run, labels, results, time.perf_counter() - started, complete)
+        return graph_summary.write(out, summary, sync=complete)
+
+    try:
+        summarise(False)  # the directory is made, and its summary says the run is under way
+    except files.UnsafePathError:
+        raise
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write there: {e.strerror or e}") from None
     # One set of peers for the whole run, started at the first failure (not one per failure).
     triage.set_active(None if args.no_triage else triage.Triage(args.driver, peers=peers))
 
     def progress(r: rg.CellResult, i: int, n: int) -> None:
-        totals["passed"] += r.passed
-        totals["declined"] += r.declined
         state = "FAIL" if r.failure else "ok"
         print(f"[{i}/{n}] {r.cell.label:<40} {state:<4} passed {r.passed} declined {r.declined} "
               f"({r.seconds:.1f} s)", file=sys.stderr, flush=True)
@@ -355,26 +383,42 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
             if not args.no_triage:
                 f.verdict = rg.triage(f, args.driver)
             path = rg.dump(f, out, args.driver)
-            failures.append(f)
             print(f"  {f.headline}", file=sys.stderr)
             if f.verdict:
                 print(f"  {f.verdict['summary']}", file=sys.stderr)
             print(f"  spec: {path}", file=sys.stderr, flush=True)
+        results[r.cell.label] = graph_summary.cell_entry(r)
+        summarise(False)
 
-    started = time.perf_counter()
     try:
-        shrink_runs = 0 if args.no_shrink else rg.SHRINK_RUNS
         rg.run_cells(driver, cells, args.seed, args.graphs, shrink_runs=shrink_runs, progress=progress)
     finally:
         triage.set_active(None)
         driver.close()
-    seconds = time.perf_counter() - started
-    print(f"{len(cells)} cells, {totals['passed'] + totals['declined'] + len(failures)} graphs: "
-          f"{totals['passed']} passed, {totals['declined']} declined, {len(failures)} failed "
-          f"({seconds:.1f} s, seed {args.seed})")
-    for f in failures:
-        print(f"FAIL {f.headline}\n  replay: nncert repro {f.spec_path} --driver {args.driver}")
-    return 1 if failures else 0
+    path = summarise(True)
+    return _print_graphs_summary(json.loads(path.read_text()), out, shard)
+
+
+def _print_graphs_summary(summary: dict, out: Path, shard: tuple[int, int] | None) -> int:
+    from nncert.testing import graph_summary
+
+    for line in graph_summary.final_lines(summary, out):
+        print(line)
+    of = (f" (shard {shard[0]}/{shard[1]}: merge the shards' directories with `nncert graphs merge "
+          f"DIR... --out DIR`)") if shard else ""
+    print(f"summary: {out / graph_summary.SUMMARY_FILE}{of}")
+    return 1 if summary["totals"]["failed"] else 0
+
+
+def _cmd_graphs_merge(args: argparse.Namespace) -> int:
+    from nncert.testing import graph_summary
+
+    out = Path(args.out)
+    try:
+        summary = graph_summary.merge([Path(d) for d in args.dirs], out)
+    except graph_summary.MergeError as e:
+        raise UsageError(str(e)) from None
+    return _print_graphs_summary(summary, out, None)
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
@@ -415,10 +459,6 @@ def _cmd_repro(args: argparse.Namespace) -> int:
     if recorded:
         print(f"recorded {recorded}")
     return {"passed": 0, "failed": 1, "declined": 3}[outcome.status]
-
-
-#: How long the test run that writes a test's standalone reproducer may take.
-STANDALONE_TEST_TIMEOUT_S = 1800
 
 
 def _repro_standalone(args: argparse.Namespace) -> int:
@@ -462,7 +502,10 @@ def _repro_standalone(args: argparse.Namespace) -> int:
     finally:
         driver.close()
     if is_test:
-        path = _standalone_of_test(args.file, args.driver, out)
+        try:
+            path = standalone.write_of_test(args.file, args.driver, out)
+        except standalone.StandaloneError as e:
+            raise UsageError(str(e)) from None
     case = standalone.load_case(path)
     worst = f", max abs difference {case['max_abs_diff']:g}" if case.get("max_abs_diff") is not None else ""
     print(f"standalone reproducer: {path}\n  {case['outcome']} ({case.get('ended', '')}{worst})")
@@ -472,44 +515,12 @@ def _repro_standalone(args: argparse.Namespace) -> int:
     return 0
 
 
-def _standalone_of_test(test_id: str, spec: str, out: Path) -> Path:
-    """Run one test with ``--standalone-dir`` in a pytest child process (under the crash
-    guard: a test that kills its process leaves its reproducer, run here afterwards) and move
-    its reproducer to ``out``."""
-    import subprocess
-    import tempfile
-
-    from nncert.certify.runner import pytest_arguments
-    from nncert.repro import standalone
-
-    parent = files.own_dir(out.absolute().parent)
-    with tempfile.TemporaryDirectory(prefix=".nncert-standalone-", dir=parent) as staging:
-        command = [sys.executable, "-m", "pytest", *pytest_arguments([test_id]), f"--driver={spec}",
-                   f"--standalone-dir={staging}", "-q", "-p", "no:cacheprovider"]
-        try:
-            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=STANDALONE_TEST_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise UsageError(f"{test_id} ran longer than {STANDALONE_TEST_TIMEOUT_S} s: stopped") from None
-        lines = [ln.strip() for ln in done.stdout.decode(errors="replace").splitlines() if ln.strip()]
-        last = lines[-1] if lines else f"pytest exited with status {done.returncode}"
-        written = [p for p in Path(staging).iterdir() if p.is_dir()]
-        if len(written) != 1:
-            if done.returncode in (4, 5):  # usage error, nothing collected
-                raise UsageError(f"{test_id}: no such test on {spec} ({last.strip('()')})")
-            if done.returncode == 0:  # passed, or skipped (declined)
-                raise UsageError(f"{test_id} does not fail on {spec} ({last}): there is nothing to reproduce")
-            raise UsageError(f"{test_id} on {spec} wrote {len(written)} reproducers ({last}): only the "
-                             f"per-operation cases and random graphs of one test id are written")
-        if standalone.load_case(written[0]).get("outcome") is None:  # the case killed its process
-            standalone.measure(written[0])
-        os.rename(written[0], out)  # out is missing or an empty directory
-    return out
-
-
 def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("graphs", help="random-graph testing (ACC-5): seeded graphs judged by the "
-                       "CTS criteria; failures shrunk and written as spec files")
+                       "CTS criteria; failures shrunk and written as spec files; also `graphs merge`",
+                       usage="nncert graphs [--driver SPEC] [--seed N] [--graphs N] [--kind A,B] [--type A,B] "
+                             "[--cell LABEL] [--out DIR] [--shard I/N] ...\n"
+                             "       nncert graphs merge SHARD_DIR... --out DIR")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver under test (default: reference)")
     p.add_argument("--seed", type=int, default=0, help="seed of the whole run (default: 0)")
@@ -529,7 +540,17 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                         "the installed ones of litert, onnxruntime, openvino; iree and tvm compile "
                         "each case)")
     p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N: a deterministic 1/N of the selected cells (one shard a machine; "
+                        "then `nncert graphs merge`)")
     p.set_defaults(func=_cmd_graphs)
+    p = sub.add_parser("graphs-merge", prog="nncert graphs merge",
+                       help="one summary from the N shards of a sharded `nncert graphs` run "
+                            "(as `nncert graphs merge DIR... --out DIR`)")
+    p.add_argument("dirs", nargs="+", metavar="SHARD_DIR", help="the shards' --out directories, 1/N to N/N")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the merged summary's directory, with the failures' spec files (new or empty)")
+    p.set_defaults(func=_cmd_graphs_merge)
     p = sub.add_parser("repro", help="replay a spec file written by `nncert graphs` on a driver; with "
                        "--standalone, write a reproducer of it (or of a failing test id) that runs "
                        "without nncert")
@@ -544,7 +565,7 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                    help="write a standalone reproducer into OUT_DIR (new or empty): the runtime's model "
                         "file, inputs.npz, expected.npz, case.json, README.md and a run.py that needs only "
                         "numpy and the runtime (--driver: litert, onnxruntime, openvino, iree or tvm); "
-                        "docs/findings.md")
+                        "docs/reproducers.md")
     p.set_defaults(func=_cmd_repro)
 
 
@@ -829,6 +850,75 @@ def _cmd_certify_diff(args: argparse.Namespace) -> int:
     return 1 if result["regressed"] else 0
 
 
+def _findings_selected(ids: Sequence[str]) -> list:
+    from nncert.repro import findings
+
+    try:
+        catalogue = findings.load()
+    except findings.CatalogueError as e:
+        raise UsageError(str(e)) from None
+    known = {f.id: f for f in catalogue}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise UsageError(f"no finding {', '.join(unknown)} in {findings.CATALOGUE} (`nncert findings list`)")
+    return [known[i] for i in ids] if ids else catalogue
+
+
+def _cmd_findings(args: argparse.Namespace) -> int:
+    """``nncert findings list | replay [ID...] | render | build ID...``."""
+    from nncert.repro import findings, standalone
+
+    if args.action == "list":
+        for f in _findings_selected(args.ids):
+            print(f"{f.id:<44} {f.driver:<22} {f.symptom:<22} {f.title}")
+        return 0
+    if args.action == "render":
+        catalogue = _findings_selected([])
+        try:
+            page = findings.render(catalogue)
+        except standalone.StandaloneError as e:
+            raise UsageError(str(e)) from None
+        out = Path(args.out) if args.out else findings.PAGE
+        files.write_atomic(out, page)
+        print(f"{out}: {len(catalogue)} findings")
+        return 0
+    if args.action == "build":
+        if not args.ids:
+            raise UsageError("findings build needs the ids of the findings to build (or `all`)")
+        failed = 0
+        for f in _findings_selected([] if args.ids == ["all"] else args.ids):
+            try:
+                path = findings.build(f)
+            except standalone.StandaloneError as e:
+                print(f"{f.id}: not built: {e}", flush=True)
+                failed += 1
+                continue
+            case = standalone.load_case(path)
+            print(f"{f.id}: {case['outcome']} ({case.get('ended', '')})", flush=True)
+        return 1 if failed else 0
+    failed = 0  # replay
+    for f in _findings_selected(args.ids):
+        try:
+            result = findings.replay(f)
+        except standalone.StandaloneError as e:
+            raise UsageError(f"{f.id}: {e}") from None
+        print(result.line(), flush=True)
+        failed += result.installed is not None and result.reproduces != result.expected
+    return 1 if failed else 0
+
+
+def _add_findings(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("findings", help="the catalogue of real runtime defects (findings/, docs/findings.md): "
+                       "list, replay their standalone reproducers, render the page, build a reproducer")
+    p.add_argument("action", choices=("list", "replay", "render", "build"),
+                   help="list the findings; replay their reproducers on the installed runtimes (exit 1 "
+                        "when one no longer reproduces, or reproduces past its fixed_in); render "
+                        "docs/findings.md; build (rewrite) the reproducers of IDs (or all) from their sources")
+    p.add_argument("ids", nargs="*", metavar="ID", help="findings to act on (default: all)")
+    p.add_argument("--out", metavar="FILE", help="render: write the page here (default: docs/findings.md)")
+    p.set_defaults(func=_cmd_findings)
+
+
 def _cmd_test(args: argparse.Namespace) -> int:
     import pytest
 
@@ -863,6 +953,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graphs(sub)
     _add_fuzz(sub)
     _add_certify(sub)
+    _add_findings(sub)
     sub.add_parser("test", help="run nncert's suites with pytest from anywhere (all arguments are "
                    "pytest's): `nncert test 'conformance/test_operations.py::test_operation"
                    "[ADD-float32-none-s0]' --driver litert`, as a report's reproducers do")
@@ -876,8 +967,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["test"]:  # everything after `test` is pytest's
         return _cmd_test(argparse.Namespace(pytest_args=argv[1:]))
-    if argv[:1] == ["fuzz"] and argv[1:2] in (["corpus"], ["replay"]):  # `fuzz corpus`, `fuzz replay`
+    if argv[:1] == ["fuzz"] and argv[1:2] in (["corpus"], ["replay"], ["merge"]):  # `fuzz corpus`, ...
         argv = [f"fuzz-{argv[1]}", *argv[2:]]
+    if argv[:2] == ["graphs", "merge"]:
+        argv = ["graphs-merge", *argv[2:]]
     if argv[:1] == ["certify"] and argv[1:2] in (["verify"], ["diff"], ["merge"]):  # `certify verify`, ...
         argv = [f"certify-{argv[1]}", *argv[2:]]
     flags: list[str] = []

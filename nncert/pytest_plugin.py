@@ -111,6 +111,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "random graph into DIR/<test id>; compiled drivers only (litert, onnxruntime, "
                          "openvino, iree, tvm). Meant for a few test ids: `nncert repro TEST_ID "
                          "--driver X --standalone OUT`")
+    group.addoption("--standalone-minimise", action="store_true",
+                    help="with --standalone-dir: minimise each wrong result first (smallest inputs, "
+                         "simplest values that keep it wrong: nncert.repro.minimise)")
+    group.addoption("--standalone-declined", action="store_true",
+                    help="with --standalone-dir: also write a reproducer of each case the driver "
+                         "declines (and run it): how a runtime that dies on an operation, which the "
+                         "support probe declines, gets its reproducer")
     group.addoption("--crash-guard-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="under the crash guard: kill a test that has not finished after this long, "
                          "as a HANG (default 600)")
@@ -218,7 +225,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                     f"(litert, onnxruntime, openvino, iree, tvm): it has no runtime "
                                     f"model file to reproduce with")
         try:
-            standalone.set_active(standalone.Session(files.own_dir(directory)))
+            standalone.set_active(standalone.Session(files.own_dir(directory),
+                                                     minimise=config.getoption("standalone_minimise"),
+                                                     declined=config.getoption("standalone_declined")))
         except files.UnsafePathError as e:
             raise pytest.UsageError(f"--standalone-dir: {e}") from None
     try:

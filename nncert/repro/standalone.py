@@ -43,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +69,32 @@ OUTCOMES = ("reproduced", "not_reproduced", "crashed", "error")
 RUN_TIMEOUT_S = 300.0
 #: Lines of the script's output kept in case.json and the README.
 OUTPUT_LINES = 30
+
+
+#: How ``measure`` runs run.py (cwd: its directory): with nncert unimportable, so that a
+#: reproducer that works here works on a machine without nncert (an editable install would
+#: otherwise make nncert importable from anywhere). Exit status 99: nncert was importable.
+WITHOUT_NNCERT = """
+import runpy, sys
+
+class NoNncert:
+    def find_spec(self, name, path=None, target=None):
+        if name == "nncert" or name.startswith("nncert."):
+            raise ImportError("nncert is not importable here")
+        return None
+
+sys.meta_path.insert(0, NoNncert())
+try:
+    import nncert  # noqa: F401
+except ImportError:
+    pass
+else:
+    sys.exit(99)
+sys.argv = ["run.py"]
+runpy.run_path("run.py", run_name="__main__")
+"""
+#: How long the test run that writes a test's standalone reproducer may take.
+TEST_TIMEOUT_S = 1800
 
 
 class StandaloneError(ValueError):
@@ -307,7 +334,7 @@ def write_standalone(driver: Driver, model: Model, feeds: Sequence[np.ndarray | 
         "operations": [op.type.name for g in (sg, *model.referenced) for op in g.operations],
         "model": _model_lines(model),
         "inputs": [{"name": f"input{k}", "type": sg.operands[i].type.name, "shape": list(a.shape),
-                    "dtype": str(a.dtype)}
+                    "dtype": str(a.dtype), **_small_values(a)}
                    for k, (i, a) in enumerate(zip(sg.input_indexes, fed, strict=True))],
         "outputs": [_output(k, sg.operands[i], e, t) for k, (i, e, t) in
                     enumerate(zip(sg.output_indexes, expected, tolerance, strict=True))],
@@ -323,7 +350,7 @@ def write_standalone(driver: Driver, model: Model, feeds: Sequence[np.ndarray | 
                               runtime=f"{runtime} {case['runtime_version']}",
                               packages=" ".join(runner.packages))
     files.write_atomic(path / "run.py", head + runner.code.rstrip() + "\n" + SCRIPT_TAIL, mode=0o755)
-    _save(path, case)
+    save_case(path, case)
     if run:
         measure(path, timeout)
     return path
@@ -344,7 +371,7 @@ def measure(path: str | os.PathLike, timeout: float = RUN_TIMEOUT_S) -> dict[str
     path = Path(path)
     case = load_case(path)
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "run.py"], cwd=path, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-c", WITHOUT_NNCERT], cwd=path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -370,8 +397,50 @@ def measure(path: str | os.PathLike, timeout: float = RUN_TIMEOUT_S) -> dict[str
                 max_abs_diff=worst if worst is None or math.isfinite(worst) else None,
                 ended=what, seconds=round(time.monotonic() - started, 2),
                 output=_tail_lines(text))
-    _save(path, case)
+    save_case(path, case)
     return case
+
+
+def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise: bool = True,
+                  declined: bool = False) -> Path:
+    """The reproducer of a failing test id on driver ``spec``: the test runs with
+    ``--standalone-dir`` in a pytest child process (under the crash guard: a test that kills
+    its process leaves its reproducer, run here afterwards), and its reproducer moves to
+    ``out_dir`` (new or empty); with ``minimise``, a wrong result is minimised first
+    (``--standalone-minimise``: nncert.repro.minimise); with ``declined``, a case the driver
+    declines is written too (``--standalone-declined``). StandaloneError (one line) when the test does not fail, is
+    unknown, or writes no reproducer (a test that is no per-operation case or random graph)."""
+    from nncert.certify.runner import pytest_arguments
+
+    out = check_out_dir(out_dir)
+    parent = files.own_dir(out.absolute().parent)
+    with tempfile.TemporaryDirectory(prefix=".nncert-standalone-", dir=parent) as staging:
+        command = [sys.executable, "-m", "pytest", *pytest_arguments([test_id]), f"--driver={spec}",
+                   f"--standalone-dir={staging}", "-q", "-p", "no:cacheprovider"]
+        if minimise:
+            command.append("--standalone-minimise")
+        if declined:
+            command.append("--standalone-declined")
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=TEST_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise StandaloneError(f"{test_id} ran longer than {TEST_TIMEOUT_S} s: stopped") from None
+        lines = [ln.strip() for ln in done.stdout.decode(errors="replace").splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"pytest exited with status {done.returncode}"
+        written = [p for p in Path(staging).iterdir() if p.is_dir()]
+        if len(written) != 1:
+            if done.returncode in (4, 5):  # usage error, nothing collected
+                raise StandaloneError(f"{test_id}: no such test on {spec} ({last.strip('()')})")
+            if done.returncode == 0 and not written:  # passed, or skipped (declined)
+                raise StandaloneError(f"{test_id} does not fail on {spec} ({last}): there is nothing "
+                                      f"to reproduce")
+            raise StandaloneError(f"{test_id} on {spec} wrote {len(written)} reproducers ({last}): only "
+                                  f"the per-operation cases and random graphs of one test id are written")
+        if load_case(written[0]).get("outcome") is None:  # the case killed its process
+            measure(written[0])
+        os.rename(written[0], out)  # out is missing or an empty directory
+    return out
 
 
 def record_verdict(path: str | os.PathLike, verdict: str) -> None:
@@ -379,7 +448,7 @@ def record_verdict(path: str | os.PathLike, verdict: str) -> None:
     path = Path(path)
     case = load_case(path)
     case["verdict"] = verdict
-    _save(path, case)
+    save_case(path, case)
 
 
 def load_case(path: str | os.PathLike) -> dict[str, Any]:
@@ -411,10 +480,17 @@ class Session:
     so that a case that kills the process leaves its reproducer; the script then runs once
     the case has failed (``finish``), and a passing case's directory is removed."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike, minimise: bool = False, declined: bool = False) -> None:
         self.directory = Path(directory)
+        self.minimise = minimise
+        #: Also write (and keep, and run) the cases the driver declines: how a defect that the
+        #: support probe found (a runtime that dies running an operation) gets its reproducer.
+        self.declined = declined
+        self._kept: set[str] = set()
         self.test_id: str | None = None
         self.written: dict[str, Path] = {}
+        #: test id -> what ``before_case`` wrote its reproducer of (for ``minimise``)
+        self._cases: dict[str, tuple] = {}
 
     def _path(self) -> Path | None:
         if self.test_id is None or self.test_id in self.written:
@@ -422,14 +498,19 @@ class Session:
         return self.directory / directory_name(self.test_id)
 
     def before_case(self, driver: Driver, model: Model, feeds: Sequence[np.ndarray | None],
-                    expected: Sequence[np.ndarray], relaxed: bool, note: str = "") -> None:
+                    expected: Sequence[np.ndarray], relaxed: bool, note: str = "",
+                    declined: bool = False) -> None:
         path = self._path()
         if path is None:
             return
+        if declined:
+            self._kept.add(self.test_id)
         try:
             self.written[self.test_id] = write_standalone(
                 driver, model, feeds, path, expected=expected, relaxed=relaxed, source=self.test_id,
                 note=note, run=False)
+            if self.minimise:
+                self._cases[self.test_id] = (driver, model.copy(), [np.array(a) for a in feeds], relaxed, note)
         except (StandaloneError, OSError) as e:
             print(f"nncert: no standalone reproducer for {self.test_id}: {e}", file=sys.stderr, flush=True)
 
@@ -452,7 +533,7 @@ class Session:
         self.test_id = None
         if path is None:
             return
-        if not failed:
+        if not failed and test_id not in self._kept:
             shutil.rmtree(path, ignore_errors=True)
             del self.written[test_id]
             return
@@ -461,9 +542,33 @@ class Session:
                 record_verdict(path, verdict)
             if load_case(path).get("outcome") is None:
                 measure(path)
+            if test_id in self._cases and load_case(path).get("outcome") == "reproduced":
+                self._minimised(path, *self._cases.pop(test_id))
         except (StandaloneError, OSError) as e:
             print(f"nncert: the standalone reproducer {path} could not be run: {e}", file=sys.stderr,
                   flush=True)
+
+
+    def _minimised(self, path: Path, driver: Driver, model: Model, feeds: list[np.ndarray],
+                   relaxed: bool, note: str) -> None:
+        """Replace the reproducer at ``path`` by one of the smallest inputs and simplest values
+        that keep the wrong result (nncert.repro.minimise), if its script reproduces too."""
+        from nncert.repro.minimise import minimise, still_wrong
+
+        small, small_feeds, steps = minimise(model, feeds, still_wrong(driver, relaxed))
+        if not steps:
+            return
+        case = load_case(path)
+        staging = path.with_name(f".{path.name}.minimised")
+        shutil.rmtree(staging, ignore_errors=True)
+        what = f"Minimised by nncert ({'; '.join(steps)})."
+        write_standalone(driver, small, small_feeds, staging, relaxed=relaxed, source=case["source"],
+                         verdict=case.get("verdict"), note=f"{note} {what}".strip())
+        if load_case(staging).get("outcome") != "reproduced":  # the script must show it too
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+        shutil.rmtree(path)
+        staging.rename(path)
 
 
 #: The session's writer, set by the pytest plugin (--standalone-dir); None: off.
@@ -503,9 +608,23 @@ def _reference(model: Model, feeds: list[np.ndarray]) -> list[np.ndarray]:
         raise StandaloneError(f"the reference kernels cannot run the model: {_one_line(e)}") from None
 
 
+#: Arrays of at most this many elements have their values in case.json and the README.
+SHOWN_VALUES = 16
+
+
+def _small_values(a: np.ndarray) -> dict[str, Any]:
+    """{"values": the elements as a nested list} for a small array (a minimised finding's),
+    else {}; non-finite floats as strings, which JSON cannot hold."""
+    if a.size > SHOWN_VALUES:
+        return {}
+    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+        return {"values": np.vectorize(repr, otypes=[object])(a.astype(np.float64)).tolist()}
+    return {"values": a.tolist()}
+
+
 def _output(k: int, operand: Operand, expected: np.ndarray, tolerance: dict) -> dict[str, Any]:
     item: dict[str, Any] = {"name": f"output{k}", "type": operand.type.name, "shape": list(expected.shape),
-                            "dtype": str(expected.dtype)}
+                            "dtype": str(expected.dtype), **_small_values(expected)}
     if operand.type.is_quant and operand.channel_quant is None:
         item.update(scale=operand.scale, zero_point=operand.zero_point)
     item["tolerance"] = tolerance
@@ -579,7 +698,8 @@ def _fresh_dir(out_dir: str | os.PathLike) -> Path:
         raise StandaloneError(str(e)) from None
 
 
-def _save(path: Path, case: dict[str, Any]) -> None:
+def save_case(path: Path, case: dict[str, Any]) -> None:
+    """Write case.json and the README made from it."""
     files.write_atomic(path / "case.json", json.dumps(case, indent=1) + "\n")
     files.write_atomic(path / "README.md", readme(case))
 
@@ -629,11 +749,12 @@ def readme(case: dict[str, Any]) -> str:
         lines += ["", case["note"]]
     lines += ["", "## The model", "", f"{', '.join(case['model_files'])}: "
               f"{len(case['operations'])} operation(s).", "", "```", *case["model"], "```", "",
-              "Inputs (inputs.npz): " + "; ".join(f"{i['name']} {i['type']} {i['shape']} {i['dtype']}"
-                                                  for i in case["inputs"]) + ".",
-              "", "Outputs (expected.npz: the reference results) and their tolerances:", ""]
-    lines += [f"- {o['name']} {o['type']} {o['shape']} {o['dtype']}: {o['tolerance']['text']}"
-              for o in case["outputs"]]
+              "Inputs (inputs.npz):", ""]
+    lines += [f"- {i['name']} {i['type']} {i['shape']} {i['dtype']}" +
+              (f" = {i['values']}" if "values" in i else "") for i in case["inputs"]]
+    lines += ["", "Outputs (expected.npz: the reference results) and their tolerances:", ""]
+    lines += [f"- {o['name']} {o['type']} {o['shape']} {o['dtype']}: {o['tolerance']['text']}" +
+              (f"; expected {o['values']}" if "values" in o else "") for o in case["outputs"]]
     lines += ["", "## Who agrees", "",
               "The expected results are those of nncert's reference kernels (numpy implementations of "
               "the operations' specified semantics)."]

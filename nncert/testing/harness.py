@@ -264,6 +264,10 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     model, feeds = case.model(variation, pool_kind)
     reason = declined(driver, model)
     if reason:
+        if standalone.ACTIVE is not None and standalone.ACTIVE.declined:  # what the driver declines
+            standalone.ACTIVE.before_case(driver, model, feeds, case.expected, variation == "relaxed",
+                                          f"The driver declines this case ({reason}); the "
+                                          f"reproducer runs it on the runtime anyway.", declined=True)
         return reason
     expected_dims = [tuple(e.shape) for e in case.expected]
     if standalone.ACTIVE is not None:  # before the driver runs it: a crash leaves the reproducer

@@ -1,0 +1,83 @@
+"""The findings catalogue (findings/catalogue.toml, nncert.repro.findings): every record has a
+standalone reproducer that still shows its symptom on the installed runtime, one record per
+defect, each the strict xfail of its driver, and docs/findings.md generated from it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nncert.repro import findings, standalone
+from nncert.testing import expectations
+
+CATALOGUE = findings.load()
+IDS = [f.id for f in CATALOGUE]
+
+
+def test_the_catalogue_has_fifteen_distinct_defects_at_least():
+    assert len(CATALOGUE) >= 15
+    keys = {}
+    for f in CATALOGUE:
+        key = f.key()
+        assert key not in keys, f"{f.id} and {keys[key]} are one defect (runtime, operations, types, symptom)"
+        keys[key] = f.id
+
+
+@pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
+def test_each_finding_has_a_reproducer_that_showed_its_symptom(finding):
+    case = finding.case()
+    assert set(standalone.OUTCOME_KEYS) <= set(case)
+    assert case["outcome"] == findings.SYMPTOMS[finding.symptom], \
+        f"{finding.id}: its reproducer {case.get('ended')} when built, not a {finding.symptom}"
+    files = {p.name for p in finding.directory.iterdir()}
+    assert {"run.py", "README.md", "case.json", "inputs.npz", "expected.npz", *case["model_files"]} <= files
+
+
+@pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
+def test_each_finding_is_a_strict_xfail_of_its_driver(finding):
+    exps = expectations.load(finding.driver)
+    for source in (finding.build, *(s for s in finding.sources if "*" not in s and "?" not in s)):
+        entry = expectations.match(exps, source)
+        assert entry is not None, f"{finding.id}: {source} is no expected failure of {finding.driver}"
+
+
+def test_the_page_is_generated_from_the_catalogue():
+    assert findings.PAGE.read_text() == findings.render(CATALOGUE), \
+        "docs/findings.md is stale: run `nncert findings render`"
+
+
+@pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
+def test_each_reproducer_replays_on_the_installed_runtime(finding):
+    """Run without nncert importable: a defect fixed upstream fails here until the record
+    says which release fixed it (fixed_in); a fixed one that comes back fails too."""
+    result = findings.replay(finding)
+    if result.installed is None:
+        pytest.skip(result.detail)
+    if result.expected:
+        assert result.reproduces, (f"{finding.id} no longer reproduces: {result.detail}. Fixed upstream? "
+                                   f"Set fixed_in in findings/catalogue.toml")
+    else:
+        assert not result.reproduces, f"{finding.id} is marked fixed in {finding.fixed_in} but: {result.detail}"
+
+
+def test_a_malformed_catalogue_is_one_line(tmp_path):
+    bad = tmp_path / "catalogue.toml"
+    bad.write_text('[[finding]]\nid = "x"\ntitle = "t"\n')
+    with pytest.raises(findings.CatalogueError, match="missing driver, build, symptom"):
+        findings.load(bad)
+    bad.write_text('[[finding]]\nid = "Bad Id"\n' + "".join(
+        f'{k} = "x"\n' for k in findings.REQUIRED if k not in ("id", "sources")) + "sources = ['a']\n")
+    with pytest.raises(findings.CatalogueError, match="id must be"):
+        findings.load(bad)
+    bad.write_text("[[finding\n")
+    with pytest.raises(findings.CatalogueError):
+        findings.load(bad)
+
+
+def test_the_cli_names_an_unknown_finding():
+    done = subprocess.run([sys.executable, "-m", "nncert.cli", "findings", "replay", "no-such-finding"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "no finding no-such-finding" in done.stderr
