@@ -12,7 +12,8 @@ Concerns shared by many operations are handled once, in ``Node``:
   per-channel filters per-channel quantisation (``quantized_dimension`` = channel_dim), an
   INT32 bias the scale input_scale x filter_scale(s). Where TFLite needs inputs in the
   output's quantisation (MAXIMUM, MINIMUM, CONCATENATION) they are requantised with QUANTIZE
-  first, which is exact because requantisation is monotonic.
+  first, which is exact arithmetic because requantisation is monotonic (LiteRT's QUANTIZE
+  rounds some values a step the wrong way: see expectations.toml).
 - **Parameters.** Scalars become operator options (or constant tensors where TFLite takes a
   tensor: axis of ARG_MAX, EXPAND_DIMS, sizes of RESIZE); parameter tensors (shape,
   paddings, perm, begin/end, axes, block shapes, indices) pass through as int32 tensors,
