@@ -335,9 +335,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 def _cmd_graphs(args: argparse.Namespace) -> int:
     from nncert.drivers import load_driver
-    from nncert.testing import graph_summary
+    from nncert.testing import graph_summary, triage
     from nncert.testing import random_graphs as rg
-    from nncert.testing import triage
 
     shard = _shard(args.shard)
     selection = _graph_cells(args)
@@ -518,8 +517,8 @@ def _repro_standalone(args: argparse.Namespace) -> int:
 def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("graphs", help="random-graph testing (ACC-5): seeded graphs judged by the "
                        "CTS criteria; failures shrunk and written as spec files; also `graphs merge`",
-                       usage="nncert graphs [--driver SPEC] [--seed N] [--graphs N] [--kind A,B] [--type A,B] "
-                             "[--cell LABEL] [--out DIR] [--shard I/N] ...\n"
+                       usage="nncert graphs [--driver SPEC] [--seed N] [--graphs N] [--kind A,B] "
+                             "[--type A,B] [--cell LABEL] [--out DIR] [--shard I/N] ...\n"
                              "       nncert graphs merge SHARD_DIR... --out DIR")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver under test (default: reference)")
@@ -594,7 +593,7 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     target, script = _fuzz_target(args.target)
     try:
         config = CampaignConfig(args.time, args.jobs, args.timeout, args.seed, args.minimize_time,
-                                args.progress_every, list(args.libfuzzer_flags))
+                                args.progress_every, list(args.libfuzzer_flags), args.max_seeds)
     except ValueError as e:
         raise UsageError(str(e)) from None
     for directory in args.corpus or []:
@@ -667,11 +666,42 @@ def _cmd_fuzz_replay(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cmd_fuzz_merge(args: argparse.Namespace) -> int:
+    from nncert.fuzz.campaign import CampaignError
+    from nncert.fuzz.merge import merge
+
+    if args.timeout is not None and args.timeout < 1:
+        raise UsageError(f"--timeout must be at least 1 second, not {args.timeout}")
+    if not args.deadline > 0:
+        raise UsageError(f"--deadline must be positive, not {args.deadline}")
+    out = Path(args.out)
+    try:
+        summary = merge([Path(d) for d in args.dirs], out, args.timeout, args.deadline,
+                        lambda line: print(line, file=sys.stderr, flush=True))
+    except CampaignError as e:
+        raise UsageError(str(e)) from None
+    c = summary["corpus_merge"]
+    print(f"{len(summary['merged'])} campaigns of {summary['target']}"
+          f"{' on ' + summary['driver'] if summary['driver'] else ''}: {summary['execs']} executions, "
+          f"corpus {c['kept']} inputs ({c['method']}; of {c['distinct']} distinct, {c['inputs']} in all), "
+          f"{summary['findings']} finding(s), {summary['duplicates']} duplicate(s)")
+    new = 0
+    for key, f in summary["findings_by_key"].items():
+        known = f.get("known")
+        new += not known
+        label = f"KNOWN (an expected failure of {known['test']}, {known['source']})" if known else "FINDING"
+        by = ", ".join(f"{s['dir']} #{s['number']} x{s['count']}" for s in f["sources"])
+        print(f"{label} {key} (x{f['count']}; found by {by}): {f['message']}\n  replay: {f['command']}")
+    print(f"journal: {out / 'findings.jsonl'}; summary: {out / 'summary.json'}")
+    return 1 if new else 0
+
+
 def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fuzz", help="a coverage-guided fuzz campaign on a target (VAL-3); also "
-                       "`fuzz corpus` and `fuzz replay`",
+                       "`fuzz merge`, `fuzz corpus` and `fuzz replay`",
                        usage="nncert fuzz TARGET [--driver SPEC] [--time S] [--jobs N] --out DIR "
-                             "[--corpus DIR] [--seed N] [-- LIBFUZZER_FLAGS]\n"
+                             "[--corpus DIR] [--seed N] [--max-seeds N] [-- LIBFUZZER_FLAGS]\n"
+                             "       nncert fuzz merge DIR... --out DIR\n"
                              "       nncert fuzz corpus TARGET --out DIR\n"
                              "       nncert fuzz replay TARGET FILE [--driver SPEC]",
                        description="Run TARGET's atheris script under libFuzzer in --jobs worker "
@@ -691,6 +721,9 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", action="append", metavar="DIR",
                    help="extra inputs to start from, besides the target's seeds; repeatable")
     p.add_argument("--seed", type=int, help="libFuzzer -seed of the first worker (default: random)")
+    p.add_argument("--max-seeds", type=int, metavar="N",
+                   help="start from at most N of the target's seeds, spread over its catalogue "
+                        "(default: all)")
     p.add_argument("--timeout", type=int, default=10, metavar="S",
                    help="per-input time limit; an input that runs longer is a HANG (default: 10)")
     p.add_argument("--minimize-time", type=float, default=30.0, metavar="S",
@@ -699,6 +732,18 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
                    help="seconds between progress lines (default: 5)")
     p.set_defaults(func=_cmd_fuzz)
 
+    p = sub.add_parser("fuzz-merge", prog="nncert fuzz merge",
+                       help="one campaign directory from campaigns of one target and driver (as "
+                            "`nncert fuzz merge DIR... --out DIR`): findings by key with every campaign "
+                            "that found them, corpora merged by libFuzzer -merge=1")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="the campaigns' --out directories")
+    p.add_argument("--out", required=True, metavar="DIR", help="the merged campaign directory (new or empty)")
+    p.add_argument("--timeout", type=int, metavar="S",
+                   help="per-input time limit of the corpus merge (default: the campaigns' longest)")
+    p.add_argument("--deadline", type=float, default=600.0, metavar="S",
+                   help="the most seconds the corpus merge may run; past it the corpora are kept whole "
+                        "(default: 600)")
+    p.set_defaults(func=_cmd_fuzz_merge)
     p = sub.add_parser("fuzz-corpus", prog="nncert fuzz corpus",
                        help="write a fuzz target's seeds (as `nncert fuzz corpus`)")
     p.add_argument("target", help="fuzz target name (or path of a fuzz script)")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from nncert import datafiles, files
+from nncert import __version__, datafiles, files
 from nncert.certify.journal import cut_torn_tail
 from nncert.resources import suites_root
 from nncert.testing.outcome import Kind, run_isolated, signal_name
@@ -133,10 +133,13 @@ def write_seeds(target: Target, out: Path, limit: int | None = None) -> list[Pat
     return paths
 
 
-def recorded_findings(journal: Path) -> dict[str, dict[str, Any]]:
+def recorded_findings(journal: Path, repair: bool = True) -> dict[str, dict[str, Any]]:
     """key -> the finding an earlier campaign journaled in ``journal`` (with its minimised input
-    and replay command once those were recorded); a last line a kill cut short is dropped."""
-    cut_torn_tail(journal)
+    and replay command once those were recorded, and ``count``: the times it was found, its
+    duplicates included); a last line a kill cut short is skipped, and with ``repair`` cut off
+    the file, so that the next record starts a line."""
+    if repair:
+        cut_torn_tail(journal)
     found: dict[str, dict[str, Any]] = {}
     try:
         lines = journal.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -150,7 +153,12 @@ def recorded_findings(journal: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
             continue
         if record.get("event") == "finding" and isinstance(record.get("number"), int):
-            found.setdefault(record["key"], record)
+            if record["key"] not in found:
+                count = record.get("count")  # a merged journal's: the times its campaigns found it
+                record["count"] = count if isinstance(count, int) and count > 0 else 1
+                found[record["key"]] = record
+        elif record.get("event") == "duplicate" and record["key"] in found:
+            found[record["key"]]["count"] += 1
         elif record.get("event") == "minimized" and record["key"] in found:
             found[record["key"]].update(minimized=record.get("file"), minimized_size=record.get("size"),
                                         command=record.get("command"))
@@ -342,9 +350,7 @@ class Campaign:
 
     def _command(self, w: _Worker) -> list[str]:
         remaining = max(1, int(self.deadline - time.monotonic()))
-        cmd = [sys.executable, str(self.script)]
-        if self.driver is not None:
-            cmd += ["--driver", self.driver]
+        cmd = script_command(self.script, self.driver)
         cmd += [f"-timeout={self.config.timeout}", f"-max_total_time={remaining}",
                 f"-artifact_prefix={self.artifacts_dir}{os.sep}", "-print_final_stats=1"]
         if self.config.seed is not None:
@@ -448,8 +454,7 @@ class Campaign:
                            "elapsed_s": elapsed})
             return
         self.last_number = number = self.last_number + 1
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", verdict.key).strip("_")[:80]
-        where = files.own_dir(self.findings_dir / f"{number:03d}-{slug}")
+        where = files.own_dir(self.findings_dir / finding_dir_name(number, verdict.key))
         record: dict[str, Any] = {
             "event": "finding", "number": number, "key": verdict.key, "kind": verdict.kind,
             "message": verdict.message, "signal": verdict.signal, "frames": verdict.frames,
@@ -559,6 +564,7 @@ class Campaign:
                  if key not in self.earlier or key in self.duplicates}
         summary = {
             "target": self.target.name, "driver": self.driver, "script": str(self.script),
+            "nncert": __version__,
             "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
             "seed": self.config.seed, "seeds": self.n_seeds, **self._status(),
             "earlier_findings": len(self.earlier),
@@ -571,6 +577,20 @@ class Campaign:
         }
         files.write_atomic(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
         return summary
+
+
+def script_command(script: Path, driver: str | None) -> list[str]:
+    """How a target's atheris script is run (libFuzzer's flags and directories follow)."""
+    cmd = [sys.executable, str(script)]
+    if driver is not None:
+        cmd += ["--driver", driver]
+    return cmd
+
+
+def finding_dir_name(number: int, key: str) -> str:
+    """The directory of finding ``number`` under ``DIR/findings``: ``NNN-KEY``, the key made a name."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")[:80]
+    return f"{number:03d}-{slug}"
 
 
 def replay_command(target: str, path: Path, driver: str | None) -> str:

@@ -294,6 +294,19 @@ def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *,
     return results
 
 
+def shard_cells(cells: Iterable[Cell], index: int, count: int) -> list[Cell]:
+    """The cells of ``cells`` that shard ``index`` of ``count`` runs (``nncert graphs --shard``):
+    their labels sorted and dealt round-robin (``nncert.certify.shard.select``), kept in the
+    order of ``cells``. The matrix's large graphs, which cost the most, sort together and so
+    are spread evenly. A cell's graphs depend only on the run's seed and the cell
+    (``cell_seed``), so a cell fails or passes alike in any shard and in an unsharded run."""
+    from nncert.certify.shard import select
+
+    cells = list(cells)
+    mine = select([c.label for c in cells], index, count)
+    return [c for c in cells if c.label in mine]
+
+
 def cell_seed(seed: int, cell: Cell) -> int:
     """The seed of ``cell``'s graphs in a run seeded ``seed``: a function of the two alone."""
     import zlib
