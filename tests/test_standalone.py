@@ -391,3 +391,14 @@ def test_cli_writes_a_failing_test_ids_reproducer(tmp_path):
                            "--driver", "litert", "--standalone", str(tmp_path / "passing")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 2 and "does not fail on litert" in proc.stderr
+
+
+def test_a_certification_failure_on_a_runtime_shows_how_to_hand_it_over():
+    from nncert.certify.html import _standalone
+
+    test_id = "conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]"
+    line = _standalone("litert:kernels=ref", test_id)
+    assert "nncert repro 'conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]' " \
+           "--driver litert:kernels=ref --standalone" in line
+    assert _standalone("reference", test_id) == ""  # no runtime model file
+    assert _standalone("litert", "conformance/test_caching.py::test_cache_roundtrip") == ""  # no case

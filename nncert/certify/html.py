@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections import Counter, defaultdict
 from datetime import datetime
 from html import escape
@@ -493,8 +494,26 @@ def _failure(page: _Page, t: dict[str, Any]) -> str:
         "</span>"
         + (f"<details><summary>{line}</summary>{more}</details>" if more else line)
         + (_three_way(t["verdict"]) if t.get("verdict") else "")
-        + f"<code class='repro'>{escape(t.get('reproduce', ''))}</code></li>"
+        + f"<code class='repro'>{escape(t.get('reproduce', ''))}</code>"
+        + _standalone(page.report["driver"].get("spec", ""), t["id"]) + "</li>"
     )
+
+
+#: Runtimes whose failures `nncert repro --standalone` hands over as a directory that runs
+#: without nncert, and the tests it writes them of (per-operation cases, random graphs).
+STANDALONE_DRIVERS = ("litert", "onnxruntime", "openvino", "iree", "tvm")
+STANDALONE_TESTS = ("conformance/test_operations.py::", "conformance/test_execution.py::",
+                    "conformance/test_random_graphs.py::")
+
+
+def _standalone(spec: str, test_id: str) -> str:
+    """The command that writes a failure's standalone reproducer, for a runtime's maintainers
+    (docs/reproducers.md), where there is one."""
+    if spec.split(":", 1)[0] not in STANDALONE_DRIVERS or not test_id.startswith(STANDALONE_TESTS):
+        return ""
+    command = shlex.join(["nncert", "repro", test_id, "--driver", spec, "--standalone", "repro-DIR"])
+    return (f"<div class='muted small'>for the runtime's maintainers, a reproducer without nncert:</div>"
+            f"<code class='repro'>{escape(command)}</code>")
 
 
 def _failures(page: _Page) -> str:
