@@ -394,10 +394,12 @@ def test_cli_writes_a_failing_test_ids_reproducer(tmp_path):
 
 
 def test_a_certification_failure_on_a_runtime_shows_how_to_hand_it_over():
+    import html
+
     from nncert.certify.html import _standalone
 
     test_id = "conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]"
-    line = _standalone("litert:kernels=ref", test_id)
+    line = html.unescape(_standalone("litert:kernels=ref", test_id))
     assert "nncert repro 'conformance/test_operations.py::test_operation[NOT_EQUAL-quant8_asymm-s0]' " \
            "--driver litert:kernels=ref --standalone" in line
     assert _standalone("reference", test_id) == ""  # no runtime model file
