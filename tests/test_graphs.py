@@ -158,7 +158,7 @@ def test_a_driver_rounding_halves_the_other_way_passes_quantised_graphs():
     old generator failed this driver on small-quant8_asymm_signed-rank2 (seed 0, graph 0: a
     HARD_SWISH whose result lies half a step between two values, then a SUB of its input
     from it into a 190 times finer scale: 1 step became 188), and on three more graphs of
-    these cells within seeds 0-2 (DEQUANTIZE or CAST of such results into a float output)."""
+    these cells within seeds 0-2 (an ADD or MUL result CAST to float, judged by float criteria)."""
     _conforming_driver_passes(["small-quant8_asymm_signed-rank2", "small-quant8_asymm-rank4",
                                "large-quant8_asymm-rank4"], range(3))
 
