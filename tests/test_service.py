@@ -628,40 +628,49 @@ def test_an_unreadable_burst_result_is_the_services_death(service):
 HOSTED_ONLY = {"test_malformed_queue_message_gets_an_error_result", "test_token_of_another_client"}
 
 
-def _whole_suite(spec: str) -> tuple[list[str], Path]:
-    """The run of the whole conformance suite on ``spec`` and the report it writes: every
-    suite, and of the per-operation cases the first seed (every operation, type and
-    variation: the other seeds draw other values through the same calls)."""
-    report = background_runs.scratch() / f"{spec.replace(':', '_')}.json"
+#: The conformance suite in two parts: CI runs the first; the validation suite (6,400 invalid
+#: models and requests, ~100 s of CPU through the service) runs under -m slow.
+PARTS = ("suites", "validation")
+
+
+def _whole_suite(spec: str, part: str) -> tuple[list[str], Path]:
+    """The run of one part of the conformance suite on ``spec`` and the report it writes: every
+    suite but validation (of the per-operation cases the first seed: every operation, type and
+    variation; the other seeds draw other values through the same calls), or validation."""
+    report = background_runs.scratch() / f"{spec.replace(':', '_')}-{part}.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return [sys.executable, "-m", "pytest", os.path.join(root, "conformance"), "-q", "-p", "no:cacheprovider",
-            "-k", "not s1 and not s2", f"--driver={spec}", f"--nncert-report={report}"], report
+    validation = os.path.join(root, "conformance", "test_validation.py")
+    where = [validation] if part == "validation" else \
+        [os.path.join(root, "conformance"), f"--ignore={validation}", "-k", "not s1 and not s2"]
+    return [sys.executable, "-m", "pytest", *where, "-q", "-p", "no:cacheprovider",
+            f"--driver={spec}", f"--nncert-report={report}"], report
 
 
 SERVICE_EQUALS = ("reference", "service:reference")
 
 
 def runs_to_start(item) -> list[list[str]]:
-    """The two whole-suite runs test_conformance_through_the_service_equals_in_process waits
-    on, started at collection (tests/background_runs.py)."""
+    """The two runs test_conformance_through_the_service_equals_in_process waits on, started
+    at collection (tests/background_runs.py)."""
     if item.originalname == "test_conformance_through_the_service_equals_in_process":
-        return [_whole_suite(spec)[0] for spec in SERVICE_EQUALS]
+        return [_whole_suite(spec, item.callspec.params["part"])[0] for spec in SERVICE_EQUALS]
     return []
 
 
 @pytest.mark.req("DRV-1", "MEM-2", "EXE-1")
-def test_conformance_through_the_service_equals_in_process():
-    """The whole conformance suite (the per-operation cases on their first seed) gives the
-    very same outcome for every test whether the reference runs in process or hosted as a
-    service."""
+@pytest.mark.parametrize("part", [PARTS[0], pytest.param(PARTS[1], marks=pytest.mark.slow)])
+def test_conformance_through_the_service_equals_in_process(part):
+    """The conformance suite gives the very same outcome for every test whether the reference
+    runs in process or hosted as a service."""
     outcomes = {}
     for spec in SERVICE_EQUALS:
-        argv, report = _whole_suite(spec)
+        argv, report = _whole_suite(spec, part)
         proc = background_runs.run(argv, timeout=1500)
         assert proc.returncode == 0, f"{spec}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
         outcomes[spec] = {n: r["outcome"] for n, r in json.loads(report.read_text())["tests"].items()}
     local, remote = outcomes["reference"], outcomes["service:reference"]
     assert local.keys() == remote.keys()
+    assert len(local) > (5000 if part == "validation" else 3000)
     differ = [n for n in local if local[n] != remote[n]
               and not (n.split("::")[-1].split("[")[0] in HOSTED_ONLY and local[n] == "skipped")]
     assert not differ, f"{len(differ)} tests differ, e.g. {differ[:3]}"
