@@ -194,6 +194,15 @@ def test_runs_from_threads():
     assert len(results) == 80 and all(o.kind is Kind.SUCCESS and o.value == 3 for o in results)
 
 
+def test_a_run_inside_a_run_works():
+    """A child that runs another (a driver's probe child inside an isolated test) inherits an
+    armed faulthandler watchdog without its thread: the grandchild must not wait for it."""
+    inner = run_isolated(lambda: str(run_isolated(abs, -3, timeout=30).value), timeout=60)
+    assert inner.kind is Kind.SUCCESS and inner.value == "3", inner
+    hang = run_isolated(lambda: str(run_isolated(time.sleep, 60, timeout=1).kind), timeout=60)
+    assert hang.value == "HANG", hang
+
+
 # -- the pytest plugin --
 
 _FLAKY_DRIVER = '''

@@ -36,6 +36,13 @@ TAIL_CHARS = 2000
 #: Exit status of a child whose harness code itself failed before it could report.
 _HARNESS_BROKEN = 70  # EX_SOFTWARE
 
+#: Whether this process is a child that armed faulthandler's watchdog (the traceback shortly
+#: before the deadline). A fork of it (a run_isolated inside a run_isolated, a driver's probe
+#: child in an isolated test) inherits the armed state but not the watchdog thread: arming or
+#: cancelling it again there waits for that thread forever (CPython's faulthandler has no fork
+#: handler), so such a child goes without.
+_watchdog_armed = False
+
 
 class Kind(StrEnum):
     """How a run ended (MLTS-2)."""
@@ -142,9 +149,11 @@ def run_isolated(fn: Callable[..., Any], /, *args: Any, timeout: float, **kwargs
 def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int, output_fd: int,
            dump_fd: int, timeout: float) -> NoReturn:
     """The child's whole life: redirect, run, answer, ``os._exit`` (never return)."""
+    global _watchdog_armed
     # The objects inherited from the parent stay out of the child's collections: a collection
     # writes to every object it visits, which would copy the whole heap page by page.
     gc.freeze()
+    nested = _watchdog_armed
     status = _HARNESS_BROKEN
     try:
         os.setpgid(0, 0)
@@ -170,7 +179,9 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
         # A file of their own, not fd 2: code under test may point fd 2 elsewhere (pytest's
         # capture does), and the innermost frames, which come first, must not be cut off.
         faulthandler.enable(file=dump_fd, all_threads=True)
-        faulthandler.dump_traceback_later(max(timeout * 0.9, timeout - 1.0), file=dump_fd)
+        if not nested:
+            faulthandler.dump_traceback_later(max(timeout * 0.9, timeout - 1.0), file=dump_fd)
+            _watchdog_armed = True
         try:
             answer: tuple[str, Any] = ("value", fn(*args, **kwargs))
         except SystemExit:
@@ -178,7 +189,8 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, rfd: int, wfd: int
         except BaseException as e:
             traceback.print_exc()
             answer = ("raised", classify_exception(e))
-        faulthandler.cancel_dump_traceback_later()
+        if not nested:
+            faulthandler.cancel_dump_traceback_later()
         try:
             data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
         except Exception as e:
