@@ -11,9 +11,14 @@ import zlib
 
 import pytest
 
+from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.errors import HalError, ValidationError
+from nncert.hal.transform import omit_inputs
+from nncert.hal.validation import input_may_be_omitted, validate_model
+from nncert.ops.interpreter import run_model
 from nncert.testing.cases import SEEDS, case_id, enumerate_cases, enumerate_edge_cases, is_heavy, sample_case
-from nncert.testing.criteria import tolerance
-from nncert.testing.harness import PATHS, run_case, run_state_chain
+from nncert.testing.criteria import output_mismatches, tolerance
+from nncert.testing.harness import PATHS, execute, own_criterion, prepare_or_skip, run_case, run_state_chain
 
 
 def _key_id(key) -> str:
@@ -122,3 +127,68 @@ STATEFUL = [k for k in ALL if k[0].state_pairs(k[1]) and k[5] == 0]
                                            for k in STATEFUL for path in PATHS])
 def test_operation_state(driver, key, path):
     run_state_chain(driver, sample_case(*key), path)
+
+
+# Omitted inputs: a request may give no value to a model input that every operation reading it
+# takes as optional (an LSTM's peephole weights, TRANSPOSE's perm), and the operation then
+# runs as with that input omitted. A driver that claims such a model must run those requests
+# too (DRV-2). Each case whose model has such inputs (its optional tensors as inputs) runs
+# with each of them omitted alone and with all of them omitted, where the catalogue's rules
+# take that; the golden is the reference interpreter's, run with those inputs omitted.
+
+def _optional_tensors(key) -> bool:
+    _, sig, var_, *_ = key
+    return any(a.optional and a.resolve(var_.types).is_tensor for a in sig.inputs)
+
+
+def _omissions(model) -> list[tuple[int, ...]]:
+    """The ways of omitting the model's omittable inputs tried: each alone, then all."""
+    may = tuple(p for p in range(len(model.main.input_indexes)) if input_may_be_omitted(model, p))
+    tried = []
+    for omitted in [(p,) for p in may] + ([may] if len(may) > 1 else []):
+        try:
+            validate_model(omit_inputs(model, omitted))
+        except ValidationError:
+            continue  # a combination the operation's rules refuse (an LSTM gate's weights without its bias)
+        tried.append(omitted)
+    return tried
+
+
+OMITTING = [(k, variation) for k in ONE if _optional_tensors(k)
+            for variation in ("base", "all_tensors_as_inputs")
+            if _one_case(k).supports(variation) and _omissions(_one_case(k).model(variation)[0])]
+
+
+@pytest.mark.req("DRV-2")
+@pytest.mark.parametrize(("key", "variation"), [
+    pytest.param(k, v, id=f"{_key_id(k)}-{v}", marks=[pytest.mark.req(_acc_req(k), "ACC-6"),
+                                                       pytest.mark.operation(k[0].name, k[2].label)])
+    for k, v in OMITTING])
+def test_operation_omitted_inputs(driver, key, variation):
+    model, feeds = _one_case(key).model(variation)
+    prepared = prepare_or_skip(driver, model)
+    ran = 0
+    for omitted in _omissions(model):
+        given = [None if p in omitted else f for p, f in enumerate(feeds)]
+        try:
+            expected = run_model(model, given)
+        except HalError:
+            continue  # the reference refuses this omission when it runs: not a request to judge by
+        dims = [e.shape for e in expected]
+        request = build_request(model, feeds, dims, omitted_inputs=omitted)
+        what = f"inputs {list(omitted)} given no value"
+        try:
+            execute(prepared, request)
+        except HalError as e:
+            pytest.fail(f"DRV-2: claimed every operation, then execution with {what} failed: {e}")
+        actual = read_outputs(model, request, dims)
+        if own_criterion(model):  # random results: the shapes only
+            problems = [f"output {i}: shape {list(a.shape)}, expected {list(e.shape)}"
+                        for i, (e, a) in enumerate(zip(expected, actual, strict=True)) if a.shape != e.shape]
+        else:
+            problems = [str(m) for m in output_mismatches(model, expected, actual)]
+        if problems:
+            pytest.fail(f"with {what}: " + "; ".join(problems))
+        ran += 1
+    if not ran:
+        pytest.skip("the reference refuses every omission of this case when it runs")

@@ -5,6 +5,8 @@ base's fault, not a runtime's."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import numpy as np
 import pytest
@@ -44,6 +46,7 @@ class NumpyCompiled(CompiledDriver):
 
     name = "numpy-compiled"
     runtime = "numpy"
+    probe_fork = True  # a fork runs it as well: no fresh interpreter for each test's driver
 
     def __init__(self, refuse=(), reject_at_compile=()):
         super().__init__()
@@ -166,7 +169,9 @@ def test_probe_results_are_cached_by_signature_not_by_weights():
     model = _add_model()
     for _ in range(3):
         assert driver.supported_operations(model) == [True]
-    assert len(driver.compiled) == 1
+    # The probe compiles in its child: one request answered there, none compiled here.
+    assert len(driver._probes) == 1 and driver._probe_child.served == 1
+    assert driver.compiled == []
 
 
 def test_isolate_operation_makes_temporaries_inputs():
@@ -248,3 +253,270 @@ def test_capabilities_are_measured_once_and_stable(tmp_path, monkeypatch):
     monkeypatch.setattr(measure, "_memo", {})  # another process reads the figures back
     assert NumpyCompiled(refuse={OperationType.CONV_2D}).capabilities() == first
     assert len(calls) == 1 and (tmp_path / "capabilities.json").is_file()
+
+
+# -- the support probe runs the operation, out of process (DRV-2) --
+
+class _Faulty:
+    """An executable that aborts, hangs or raises when it runs, as ``how`` says."""
+
+    def __init__(self, model, how):
+        self.model, self.how = model, how
+
+    def run(self, inputs):
+        if self.how == "abort":
+            os.abort()
+        if self.how == "hang":
+            time.sleep(3600)
+        if self.how == "raise":
+            raise RuntimeError("the kernel failed")
+        return run_model(self.model, inputs)
+
+
+class FaultyCompiled(NumpyCompiled):
+    """NumpyCompiled whose executables of the operations in ``at_run`` abort, hang or raise
+    when they run (``{RELU: "abort"}``), and whose compilation of those in ``at_compile``
+    aborts; ``after`` faults only once this process has compiled that many models (state a
+    runtime keeps between probes)."""
+
+    name = "faulty-compiled"
+
+    def __init__(self, at_run=None, at_compile=(), after=0):
+        super().__init__()
+        self.at_run, self.at_compile, self.after = dict(at_run or {}), set(at_compile), after
+
+    def compile(self, model):
+        kinds = {op.type for op in model.main.operations}
+        faulty = len(self.compiled) >= self.after
+        if faulty and kinds & self.at_compile:
+            os.abort()
+        exe = super().compile(model)
+        how = next((self.at_run[k] for k in kinds if k in self.at_run), None)
+        return _Faulty(model, how) if how and faulty else exe
+
+
+def _unary_model(*ops, dims=(2, 2)):
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_FLOAT32, dims)
+    cur = x
+    for op in ops:
+        nxt = b.operand(T.TENSOR_FLOAT32, dims)
+        b.operation(op, [cur], [nxt])
+        cur = nxt
+    return b.build([x], [cur])
+
+
+def test_an_operation_whose_run_aborts_is_declined_and_this_process_lives_on():
+    driver = FaultyCompiled(at_run={OperationType.TANH: "abort"})
+    model = _unary_model(OperationType.RELU, OperationType.TANH)
+    assert driver.supported_operations(model) == [True, False]
+    reason = driver.decline_reasons(model)[1]
+    assert "killed by SIGABRT when it runs TANH on TENSOR_FLOAT32[2, 2]" in reason
+    assert "found by the support probe" in reason
+    with pytest.raises(HalError, match="SIGABRT"):
+        driver.prepare_model(model)
+    # A fresh child answers the next probe; what it claims runs here.
+    assert driver.supported_operations(_unary_model(OperationType.LOGISTIC)) == [True]
+    x = np.array([[-1.0, 0.5], [2.0, -3.0]], np.float32)
+    relu = _unary_model(OperationType.RELU)
+    request = build_request(relu, [x], [(2, 2)])
+    driver.prepare_model(relu).execute_synchronously(request)
+    np.testing.assert_array_equal(read_outputs(relu, request, [(2, 2)])[0], np.maximum(x, 0))
+
+
+class FreshFaultyCompiled(FaultyCompiled):
+    """FaultyCompiled probed in a fresh interpreter, as real drivers are."""
+
+    probe_fork = False
+
+
+def test_a_fresh_interpreter_probes_a_driver_rebuilt_from_its_arguments():
+    driver = FreshFaultyCompiled(at_run={OperationType.TANH: "abort", OperationType.RELU: "raise"})
+    model = _unary_model(OperationType.LOGISTIC, OperationType.TANH, OperationType.RELU)
+    reasons = driver.decline_reasons(model)
+    assert reasons[0] is None and "SIGABRT when it runs TANH" in reasons[1]
+    assert "fails to run RELU" in reasons[2] and "the kernel failed" in reasons[2]
+    child = driver._probe_child
+    assert not child.forked and child.pid != os.getpid() and child.served == 1
+    with open(f"/proc/{child.pid}/cmdline", "rb") as f:  # not a fork of this process
+        assert b"nncert.drivers.probe" in f.read()
+
+
+def test_an_abort_while_compiling_is_declined_as_such():
+    driver = FaultyCompiled(at_compile={OperationType.TANH})
+    (reason,) = driver.decline_reasons(_unary_model(OperationType.TANH))
+    assert "killed by SIGABRT when it compiles TANH" in reason
+
+
+def test_an_operation_whose_run_hangs_is_declined_after_the_deadline():
+    driver = FaultyCompiled(at_run={OperationType.TANH: "hang"})
+    driver.probe_timeout = 1.0
+    start = time.monotonic()
+    (reason,) = driver.decline_reasons(_unary_model(OperationType.TANH))
+    assert time.monotonic() - start < 20
+    assert "no answer within 1 s when it runs TANH" in reason
+    assert driver.supported_operations(_unary_model(OperationType.RELU)) == [True]
+
+
+def test_a_run_that_raises_declines_only_on_data_the_reference_runs():
+    driver = FaultyCompiled(at_run={OperationType.TANH: "raise", OperationType.RESHAPE: "raise"})
+    (reason,) = driver.decline_reasons(_unary_model(OperationType.TANH))
+    assert "fails to run TANH on TENSOR_FLOAT32[2, 2] on data the reference runs" in reason
+    assert "the kernel failed" in reason
+    # RESHAPE's shape as a model input: the sample (zeros) is no valid shape, the reference
+    # refuses it too, so the failure says nothing of the operation.
+    b = ModelBuilder()
+    x, shape = b.operand(T.TENSOR_FLOAT32, (2, 3)), b.operand(T.TENSOR_INT32, (2,))
+    out = b.operand(T.TENSOR_FLOAT32, (3, 2))
+    b.operation(OperationType.RESHAPE, [x, shape], [out])
+    assert driver.decline_reasons(b.build([x, shape], [out])) == [None]
+
+
+def test_a_child_broken_by_earlier_probes_is_replaced_before_declining():
+    """A runtime whose state an earlier probe broke aborts on the next operation: the probe
+    tries that operation again in a fresh child, which runs it."""
+    driver = FaultyCompiled(at_compile={OperationType.TANH}, after=1)
+    assert driver.supported_operations(_unary_model(OperationType.RELU)) == [True]
+    assert driver.supported_operations(_unary_model(OperationType.TANH)) == [True]
+    assert driver._probe_child.served == 1  # the fresh child's first answer
+
+
+def test_a_forked_test_process_starts_a_probe_child_of_its_own():
+    from nncert.testing.outcome import Kind, run_isolated
+
+    driver = NumpyCompiled()
+    assert driver.supported_operations(_unary_model(OperationType.RELU)) == [True]
+    parents = driver._probe_child
+
+    def in_fork():
+        ok = driver.supported_operations(_unary_model(OperationType.TANH)) == [True]
+        return ok and driver._probe_child is not parents and driver._probe_child.owner == os.getpid()
+
+    outcome = run_isolated(in_fork, timeout=60)
+    assert outcome.kind is Kind.SUCCESS and outcome.value is True, outcome
+    assert driver._probe_child is parents and parents.usable()
+    assert driver.supported_operations(_unary_model(OperationType.LOGISTIC)) == [True]
+    assert parents.served == 2
+
+
+def test_a_quantised_comparison_at_scale_1_is_declined_by_litert():
+    """LiteRT's quantised comparisons abort at invoke (every kernel mode) when an input's
+    scale is exactly 1; the probe finds it, where compiling alone did not."""
+    pytest.importorskip("ai_edge_litert")
+    from nncert.drivers import load_driver
+
+    driver = load_driver("litert")
+
+    def compare(op, scale):
+        b = ModelBuilder()
+        x = b.operand(T.TENSOR_QUANT8_ASYMM, (4,), scale, 3)
+        y = b.operand(T.TENSOR_QUANT8_ASYMM, (4,), scale, 3)
+        out = b.operand(T.TENSOR_BOOL8, (4,))
+        b.operation(op, [x, y], [out])
+        return b.build([x, y], [out])
+
+    (reason,) = driver.decline_reasons(compare(OperationType.GREATER, 1.0))
+    assert "SIGABRT when it runs GREATER on TENSOR_QUANT8_ASYMM[4] (scale 1, zero point 3)" in reason
+    assert driver.supported_operations(compare(OperationType.GREATER, 0.5)) == [True]
+
+
+# -- omitted model inputs (a request argument with no value) --
+
+def _transpose_model():
+    """TRANSPOSE of a [2, 3] input whose perm is a model input (omitted: reversed axes)."""
+    b = ModelBuilder()
+    x, perm = b.operand(T.TENSOR_FLOAT32, (2, 3)), b.operand(T.TENSOR_INT32, (2,))
+    out = b.operand(T.TENSOR_FLOAT32, (3, 2))
+    b.operation(OperationType.TRANSPOSE, [x, perm], [out])
+    return b.build([x, perm], [out])
+
+
+class NoOmissions(NumpyCompiled):
+    """Cannot compile a model with an omitted (NO_VALUE) operand."""
+
+    def compile(self, model):
+        if any(o.lifetime is OperandLifeTime.NO_VALUE for o in model.main.operands):
+            raise Unmappable("no omitted operands here")
+        return super().compile(model)
+
+
+def test_an_omitted_model_input_runs_as_the_omitted_operand():
+    model = _transpose_model()
+    driver = NumpyCompiled()
+    prepared = driver.prepare_model(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):  # the variant is compiled once, then kept
+        request = build_request(model, [x, np.zeros(2, np.int32)], [(3, 2)], omitted_inputs=(1,))
+        prepared.execute_synchronously(request)
+        np.testing.assert_array_equal(read_outputs(model, request, [(3, 2)])[0], x.T)
+    given = build_request(model, [x, np.array([0, 1], np.int32)], [(2, 3)])
+    with pytest.raises(HalError):  # perm given: [2, 3], which the output's [3, 2] is not
+        prepared.execute_synchronously(given)
+    assert sum(1 for m in driver.compiled if len(m.main.input_indexes) == 1) == 1
+
+
+def test_a_driver_that_cannot_compile_the_omission_declines_up_front():
+    (reason,) = NoOmissions().decline_reasons(_transpose_model())
+    assert reason == "Unmappable: no omitted operands here (with inputs 1 omitted)"
+    b = ModelBuilder()  # the same with perm a constant: nothing a request may omit
+    x, out = b.operand(T.TENSOR_FLOAT32, (2, 3)), b.operand(T.TENSOR_FLOAT32, (3, 2))
+    b.operation(OperationType.TRANSPOSE, [x, b.constant(T.TENSOR_INT32, [1, 0])], [out])
+    assert NoOmissions().decline_reasons(b.build([x], [out])) == [None]
+
+
+def test_an_omitted_input_the_reference_refuses_is_invalid_argument_here_too():
+    from nncert.drivers.reference import ReferenceDriver
+
+    model = if_model()  # inputs: the condition, then the branches' two operands
+    a = np.ones((2, 3), np.float32)
+    statuses = []
+    for driver in (ReferenceDriver(), NumpyCompiled()):
+        request = build_request(model, [np.array([True]), a, a], [(2, 3)], omitted_inputs=(1,))
+        with pytest.raises(HalError) as e:
+            driver.prepare_model(model).execute_synchronously(request)
+        statuses.append(e.value.status)
+    assert statuses == [ErrorStatus.INVALID_ARGUMENT] * 2
+
+
+def test_too_many_omittable_inputs_are_declined_with_the_reason(monkeypatch):
+    from nncert.drivers import probe
+
+    monkeypatch.setattr(probe, "OMISSION_INPUTS", 0)
+    (reason,) = NumpyCompiled().decline_reasons(_transpose_model())
+    assert "1 of its inputs are model inputs that a request may omit" in reason
+
+
+@pytest.mark.parametrize("name", ["litert", "onnxruntime"])
+def test_real_drivers_run_what_requests_omit(name):
+    """Per-operation cases whose optional tensors are model inputs, each run with them
+    omitted one at a time as the reference runs them: claimed, then run alike."""
+    pytest.importorskip({"litert": "ai_edge_litert", "onnxruntime": "onnxruntime"}[name])
+    from nncert.drivers import load_driver
+    from nncert.hal.transform import omit_inputs
+    from nncert.hal.validation import input_may_be_omitted, validate_model
+    from nncert.testing.criteria import output_mismatches
+
+    driver = load_driver(name)
+    wanted = {OperationType.TRANSPOSE, OperationType.BIDIRECTIONAL_SEQUENCE_RNN, OperationType.SVDF}
+    ran = 0
+    for key in enumerate_cases((0,)):
+        if key[0].type not in wanted or key[2].types.get("T") is not T.TENSOR_FLOAT32:
+            continue
+        model, feeds = sample_case(*key).model("all_tensors_as_inputs")
+        for p in range(len(feeds)):
+            if not input_may_be_omitted(model, p):
+                continue
+            try:
+                validate_model(omit_inputs(model, (p,)))
+            except Exception:
+                continue
+            if not all(driver.supported_operations(model)):
+                continue
+            given = [None if k == p else f for k, f in enumerate(feeds)]
+            expected = run_model(model, given)
+            dims = [e.shape for e in expected]
+            request = build_request(model, feeds, dims, omitted_inputs=(p,))
+            driver.prepare_model(model).execute_synchronously(request)
+            assert output_mismatches(model, expected, read_outputs(model, request, dims)) == []
+            ran += 1
+    assert ran >= 2, ran

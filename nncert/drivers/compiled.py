@@ -25,13 +25,19 @@ The base then gives:
 
 - ``supported_operations`` decided per operation, type and parameter: the static rules,
   then a probe that compiles the operation alone (export plus the runtime's preparation,
-  where kernels check their types), cached by the operation's signature and parameters;
+  where kernels check their types) and runs it once on sample data, in a child process with
+  a deadline, so that an operation the runtime dies or hangs on is declined with what
+  happened (DRV-2); cached by the operation's signature and parameters;
 - float16 as float32 (``widen_float16``): float16 operands are computed in float32 and the
   results rounded to float16 at the output, a documented strategy (docs/drivers.md) that
   ACC-1's float16 tolerance covers;
 - dynamic shapes (EXE-4): a model with unknown dimensions is compiled again for each new set
   of actual input shapes, the shapes filled in by the catalogue's rules (an IF / WHILE output
   whose shape the taken branch or the loop decides stays unknown: the runtime gives it);
+- omitted inputs: a request that gives a model input no value (an optional operation input,
+  such as an LSTM's peephole weights) runs a variant of the model compiled with that
+  operand omitted (NO_VALUE), once per omission pattern; the probe compiles and runs each
+  valid pattern too, so what is claimed runs whatever a request omits;
 - the loop timeout and the deadline, for an executable that can stop its WHILE loops
   (``Executable.run_until``);
 - one execution at a time per compiled model (runtimes' interpreters are not reentrant);
@@ -57,7 +63,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
-from nncert.hal.errors import HalError
+from nncert.drivers.probe import omittable_inputs, probe_operation
+from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
 from nncert.hal.request_io import read_inputs, write_outputs
 from nncert.hal.transform import (
@@ -65,10 +72,11 @@ from nncert.hal.transform import (
     ShapeUnknown,
     fully_specified,
     isolate_operation,
+    omit_inputs,
     specialize_shapes,
     widen_float16,
 )
-from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from nncert.hal.types import OperandType as T
 from nncert.hal.validation import validate_model, validate_request
 from nncert.ops.interpreter import loop_timeout_of
@@ -148,14 +156,18 @@ class CompiledPreparedModel(PreparedModel):
             else:
                 self._static = driver.compile(self.wide)
 
-    def _executable(self, feeds: Sequence[np.ndarray]) -> Executable:
-        if self._static is not None:
+    def _executable(self, feeds: Sequence[np.ndarray], omitted: tuple[int, ...] = ()) -> Executable:
+        """The compiled model for these input shapes and omitted inputs (positions): the one of
+        the prepared model, else a variant compiled once and kept (``SHAPE_CACHE``)."""
+        if self._static is not None and not omitted:
             return self._static
-        key = tuple(tuple(a.shape) for a in feeds)
+        shapes = tuple(tuple(a.shape) for a in feeds)
+        key = (omitted, shapes) if omitted else shapes
         exe = self._by_shape.get(key)
         if exe is None:
+            wide = self._omitting(omitted) if omitted else self.wide
             try:
-                concrete = specialize_shapes(self.wide, key)
+                concrete = wide if fully_specified(wide) else specialize_shapes(wide, shapes)
             except ShapeUnknown as e:
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.driver.name}: {e}") from None
             except ValueError as e:
@@ -167,6 +179,28 @@ class CompiledPreparedModel(PreparedModel):
         self._by_shape.move_to_end(key)
         return exe
 
+    def _omitting(self, omitted: tuple[int, ...]) -> Model:
+        """The widened model with inputs ``omitted`` given no value (``omit_inputs``), which
+        the runtime compiles as a model whose operations have those optional inputs omitted.
+        Raises INVALID_ARGUMENT where the reference rejects the omission when it runs: the
+        operations' own rules refuse the combination (an LSTM's input-gate weights without
+        its input-gate bias), or an IF / WHILE would pass the omitted input to a subgraph."""
+        sg = self.model.main
+        for p in omitted:
+            idx = sg.input_indexes[p]
+            for op in sg.operations:
+                if idx in op.inputs and op.type in (OperationType.IF, OperationType.WHILE):
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                                   f"request input {p} has no value and {op.type.name} passes it to a "
+                                   f"subgraph: {self.driver.name} passes only tensors with values")
+        try:
+            validate_model(omit_inputs(self.model, omitted))
+        except ValidationError as e:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"request inputs {list(omitted)} have no value, which the model's operations "
+                           f"do not take: {e}") from None
+        return omit_inputs(self.wide, omitted)
+
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: Deadline = None,
                               loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
@@ -176,14 +210,15 @@ class CompiledPreparedModel(PreparedModel):
         loop_ns = loop_timeout_of(loop_timeout)
         # Views of the pools, copied once, straight into the runtime (no error may keep them).
         inputs = read_inputs(self.model, request, copy=False)
+        # Inputs given no value (optional operation inputs, validate_request checked): a
+        # variant of the model in which they are omitted operands.
+        omitted = tuple(p for p, a in enumerate(inputs) if a is None)
         failure: HalError | None = None
         try:
-            if any(a is None for a in inputs):
-                raise HalError(ErrorStatus.GENERAL_FAILURE,
-                               f"{self.driver.name} does not support omitted model inputs")
-            feeds = [a if a.dtype == t else a.astype(t) for a, t in zip(inputs, self._in_types, strict=True)]
+            feeds = [a if a.dtype == t else a.astype(t)
+                     for a, t in zip(inputs, self._in_types, strict=True) if a is not None]
             with self._lock:
-                exe = self._executable(feeds)
+                exe = self._executable(feeds, omitted)
                 device_start = time.monotonic_ns()
                 run_until = getattr(exe, "run_until", None)
                 try:
@@ -239,6 +274,7 @@ class CompiledDriver(Driver):
         super().__init__(state_dir=state_dir)
         self._probes: dict[bytes, str | None] = {}
         self._probe_lock = threading.Lock()
+        self._probe_child = None  # nncert.drivers.probe.ProbeChild, started by the first probe
 
     # -- hooks --
     def operation_problem(self, model: Model, index: int) -> str | None:
@@ -268,6 +304,21 @@ class CompiledDriver(Driver):
 
     #: Where ``build``'s artefacts are kept by content (nncert.drivers.compile_cache), or None.
     compile_cache = None
+
+    #: Seconds the support probe gives the runtime to compile and run one operation (for each
+    #: way of omitting its optional inputs) before it counts as a hang and is declined.
+    probe_timeout: float = 120.0
+    #: Whether the probe's child may be a fork of this process (started in milliseconds)
+    #: rather than a fresh interpreter that rebuilds the driver (``recipe``): only for a
+    #: runtime that still works in a fork of a process that has run it (IREE, TVM and
+    #: OpenVINO hang there).
+    probe_fork: bool = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> CompiledDriver:
+        self = super().__new__(cls)
+        #: How a fresh interpreter makes this driver again: its class and arguments.
+        self.recipe = (cls.__module__, cls.__qualname__, args, kwargs)
+        return self
 
     def translates(self) -> bool:
         """Whether the driver implements translate / load (and so caches its runtime's form)."""
@@ -334,6 +385,7 @@ class CompiledDriver(Driver):
         if problem:
             return problem
         single = isolate_operation(wide, index)
+        omittable = omittable_inputs(wide, index)
         if not fully_specified(single):
             # Known inputs, unknown outputs (dynamic output shapes): what the exporter or the
             # kernels decide may depend on the output shapes, which follow from the inputs.
@@ -350,15 +402,13 @@ class CompiledDriver(Driver):
             except Exception:
                 return None  # not decidable before it runs: compiled (and judged) then
         key = _probe_key(single)
+        if omittable:  # which inputs a request may omit decides what is probed too
+            key = hashlib.blake2b(key + repr(omittable).encode(), digest_size=20).digest()
         with self._probe_lock:
             if key not in self._probes:
                 if len(self._probes) >= PROBE_CACHE:  # a fuzz campaign's endless variety
                     self._probes.clear()
-                try:
-                    self.compile(single)
-                    self._probes[key] = None
-                except Exception as e:
-                    self._probes[key] = f"{type(e).__name__}: {e}".strip()[:500]
+                self._probes[key] = probe_operation(self, single, omittable)
             return self._probes[key]
 
     def prepare_model(self, model: Model,

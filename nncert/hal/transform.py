@@ -5,7 +5,9 @@
 - ``isolate_operation``: one operation as a model of its own (its non-constant inputs become
   model inputs), to probe whether a runtime accepts it;
 - ``specialize_shapes``: a model whose unknown dimensions are filled in from actual input
-  shapes with the catalogue's shape rules (dynamic shapes, EXE-4).
+  shapes with the catalogue's shape rules (dynamic shapes, EXE-4);
+- ``omit_inputs``: a model whose given inputs are omitted operands (NO_VALUE), what a request
+  that gives them no value means.
 
 The results are plain in-memory models: constants are packed into ``operand_values``
 (CONSTANT_COPY, whatever their size) and they are not meant for validation.
@@ -121,6 +123,23 @@ def isolate_operation(model: Model, index: int) -> Model:
     calls = any(sg.operands[i].lifetime is OperandLifeTime.SUBGRAPH for i in op.inputs)
     referenced = [(ref, _constants(model, ref)) for ref in model.referenced] if calls else []
     return _pack(model, operands, values, [new_op], inputs, outputs, referenced)
+
+
+def omit_inputs(model: Model, positions: Sequence[int]) -> Model:
+    """``model`` with main-subgraph inputs ``positions`` given no value, as a request that omits
+    them (``has_no_value``) means: their operands become omitted optional inputs (NO_VALUE) of
+    the operations that read them, and leave the input list. ``model`` itself is unchanged."""
+    if not positions:
+        return model
+    gone = set(positions)
+    copy = model.copy()
+    sg = copy.main
+    for p in gone:
+        idx = sg.input_indexes[p]
+        sg.operands[idx] = dataclasses.replace(sg.operands[idx], lifetime=OperandLifeTime.NO_VALUE,
+                                               location=DataLocation())
+    sg.input_indexes = [idx for p, idx in enumerate(sg.input_indexes) if p not in gone]
+    return copy
 
 
 def fully_specified(model: Model) -> bool:
