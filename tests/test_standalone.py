@@ -23,27 +23,9 @@ from nncert.hal.types import OperationType as O
 from nncert.repro import standalone
 from nncert.repro.standalone import StandaloneError, load_case, write_standalone
 
-#: Runs run.py (cwd: its directory) with nncert unimportable: a finder first on sys.meta_path
-#: refuses it (nncert is installed editable, so it would otherwise import from anywhere).
-BLOCKED = """
-import runpy, sys
-
-class NoNncert:
-    def find_spec(self, name, path=None, target=None):
-        if name == "nncert" or name.startswith("nncert."):
-            raise ImportError("nncert is blocked in this process")
-        return None
-
-sys.meta_path.insert(0, NoNncert())
-try:
-    import nncert  # noqa: F401
-except ImportError:
-    pass
-else:
-    sys.exit(99)
-sys.argv = ["run.py"]
-runpy.run_path("run.py", run_name="__main__")
-"""
+#: Runs run.py (cwd: its directory) with nncert unimportable (exit status 99 if it were not):
+#: the blocker the writer itself measures reproducers with.
+BLOCKED = standalone.WITHOUT_NNCERT
 
 #: Seconds one script may run (an IREE or TVM compile takes one or two on a quiet host).
 TIMEOUT_S = 240
