@@ -21,7 +21,8 @@ def test_the_catalogue_has_fifteen_distinct_defects_at_least():
     keys = {}
     for f in CATALOGUE:
         key = f.key()
-        assert key not in keys, f"{f.id} and {keys[key]} are one defect (runtime, operations, types, symptom)"
+        assert key not in keys, f"{f.id} and {keys[key]} are one defect (runtime, operations, types, " \
+                                "symptom)"
         keys[key] = f.id
 
 
@@ -39,7 +40,7 @@ def test_each_finding_has_a_reproducer_that_showed_its_symptom(finding):
 def test_each_finding_is_a_strict_xfail_of_its_driver(finding):
     """... or declined by it: a crash that the support probe finds is not claimed (DRV-2)."""
     if finding.case().get("note", "").startswith("The driver declines this case"):
-        assert finding.symptom == "crash", f"{finding.id}: declined by {finding.driver}, yet a {finding.symptom}"
+        assert finding.symptom == "crash", f"{finding.id}: declined by {finding.driver}: {finding.symptom}?"
         return
     exps = expectations.load(finding.driver)
     for source in (finding.build, *(s for s in finding.sources if "*" not in s and "?" not in s)):
@@ -63,7 +64,7 @@ def test_each_reproducer_replays_on_the_installed_runtime(finding):
         assert result.reproduces, (f"{finding.id} no longer reproduces: {result.detail}. Fixed upstream? "
                                    f"Set fixed_in in findings/catalogue.toml")
     else:
-        assert not result.reproduces, f"{finding.id} is marked fixed in {finding.fixed_in} but: {result.detail}"
+        assert not result.reproduces, f"{finding.id} is marked fixed in {finding.fixed_in}: {result.detail}"
 
 
 def test_a_malformed_catalogue_is_one_line(tmp_path):

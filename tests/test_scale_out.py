@@ -54,4 +54,4 @@ def test_a_slice_gives_the_same_outcomes_serially_on_workers_and_on_gateways(tmp
         spread = _outcomes(tmp_path, mode, driver, *extra)
         assert spread.keys() == serial.keys(), f"{mode}: other tests ran"
         differ = {k: (serial[k], spread[k]) for k in serial if serial[k] != spread[k]}
-        assert not differ, f"{mode} differs from the serial run on {len(differ)} tests: {list(differ.items())[:3]}"
+        assert not differ, f"{mode} differs from serial on {len(differ)} tests: {list(differ.items())[:3]}"

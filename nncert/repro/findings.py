@@ -118,7 +118,8 @@ def load(path: str | Path = CATALOGUE) -> list[Finding]:
         try:
             datetime.date.fromisoformat(text["first_seen"])
         except ValueError:
-            raise CatalogueError(f"{where}: first_seen {text['first_seen']!r} is no YYYY-MM-DD date") from None
+            raise CatalogueError(f"{where}: first_seen {text['first_seen']!r} is no YYYY-MM-DD "
+                                 f"date") from None
         out.append(Finding(**{**text, "sources": tuple(sources)}))
     ids = [f.id for f in out]
     twice = sorted({i for i in ids if ids.count(i) > 1})
@@ -279,7 +280,8 @@ def _magnitude(case: dict) -> str:
         return last.replace("|", "/")[:120] or case.get("ended", "")
     for line in case.get("output") or ():
         if line.startswith("REPRODUCED:"):
-            worst = f"; max abs difference {case['max_abs_diff']:g}" if case.get("max_abs_diff") is not None else ""
+            worst = (f"; max abs difference {case['max_abs_diff']:g}"
+                     if case.get("max_abs_diff") is not None else "")
             return line.removeprefix("REPRODUCED:").strip().replace("|", "/") + worst
     return case.get("ended", "")
 

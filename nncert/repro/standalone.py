@@ -408,7 +408,8 @@ def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise:
     its process leaves its reproducer, run here afterwards), and its reproducer moves to
     ``out_dir`` (new or empty); with ``minimise``, a wrong result is minimised first
     (``--standalone-minimise``: nncert.repro.minimise); with ``declined``, a case the driver
-    declines is written too (``--standalone-declined``). StandaloneError (one line) when the test does not fail, is
+    declines is written too (``--standalone-declined``). StandaloneError (one line) when the
+    test does not fail, is
     unknown, or writes no reproducer (a test that is no per-operation case or random graph)."""
     from nncert.certify.runner import pytest_arguments
 
@@ -510,7 +511,8 @@ class Session:
                 driver, model, feeds, path, expected=expected, relaxed=relaxed, source=self.test_id,
                 note=note, run=False)
             if self.minimise:
-                self._cases[self.test_id] = (driver, model.copy(), [np.array(a) for a in feeds], relaxed, note)
+                self._cases[self.test_id] = (driver, model.copy(), [np.array(a) for a in feeds],
+                                             relaxed, note)
         except (StandaloneError, OSError) as e:
             print(f"nncert: no standalone reproducer for {self.test_id}: {e}", file=sys.stderr, flush=True)
 
