@@ -420,6 +420,54 @@ def test_a_quantised_comparison_at_scale_1_is_declined_by_litert():
     assert driver.supported_operations(compare(OperationType.GREATER, 0.5)) == [True]
 
 
+
+def _huge_grouped_conv():
+    """The fuzzer's GROUPED_CONV_2D (litert, prepare_model target): a valid model whose input
+    and output have a batch of 2^31 - 1, 320 GiB of sample values."""
+    batch = 2**31 - 1
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_FLOAT32, (batch, 1, 5, 4))
+    weights = b.constant(T.TENSOR_FLOAT32, np.ones((2, 3, 3, 2), np.float32))
+    bias = b.constant(T.TENSOR_FLOAT32, np.zeros(2, np.float32))
+    out = b.operand(T.TENSOR_FLOAT32, (batch, 1, 3, 2))
+    params = [b.constant(T.INT32, v) for v in (0, 0, 1, 1, 1, 1, 2, 0)]
+    b.operation(OperationType.GROUPED_CONV_2D, [x, weights, bias, *params, b.constant(T.BOOL, False)], [out])
+    return b.build([x], [out])
+
+
+def test_operands_too_large_to_sample_are_declined_before_anything_is_allocated():
+    from nncert.drivers.probe import SAMPLE_OPERAND_BYTES, SAMPLE_TOTAL_BYTES, oversized
+
+    driver = NumpyCompiled()
+    (reason,) = driver.decline_reasons(_huge_grouped_conv())  # it raised MemoryError (320 GiB)
+    assert reason.startswith("operand 0 (TENSOR_FLOAT32[2147483647, 1, 5, 4]) holds 171798691760 bytes, "
+                             "more than the 64 MiB per operand of sample data")
+    assert "GROUPED_CONV_2D on TENSOR_FLOAT32[2147483647, 1, 5, 4]" in reason
+    assert driver.compiled == [] and driver._probe_child is None  # decided from the shapes alone
+    # The bounds themselves: an operand of exactly 64 MiB is probed; operands under it that
+    # add up to more than 256 MiB in all are not.
+    at_bound = SAMPLE_OPERAND_BYTES // 4
+    assert oversized(_unary_model(OperationType.RELU, dims=(at_bound,))) is None
+    assert "per operand" in oversized(_unary_model(OperationType.RELU, dims=(at_bound + 1,)))
+    many = _unary_model(*[OperationType.RELU] * 4, dims=(at_bound,))  # 5 operands of 64 MiB
+    assert 5 * SAMPLE_OPERAND_BYTES > SAMPLE_TOTAL_BYTES
+    assert oversized(many).startswith(f"its operands hold {5 * SAMPLE_OPERAND_BYTES} bytes, more than "
+                                      f"the 256 MiB")
+
+
+def test_litert_declines_the_fuzzers_huge_grouped_conv_2d_with_a_reason():
+    pytest.importorskip("ai_edge_litert")
+    from nncert.drivers import load_driver
+
+    driver = load_driver("litert")
+    try:
+        assert driver.supported_operations(_huge_grouped_conv()) == [False]
+        with pytest.raises(HalError, match="more than the 64 MiB per operand"):
+            driver.prepare_model(_huge_grouped_conv())
+    finally:
+        driver.close()
+
+
 # -- omitted model inputs (a request argument with no value) --
 
 def _transpose_model():

@@ -61,10 +61,19 @@ OMISSION_INPUTS = 12
 OMISSION_PATTERNS = 16
 #: Seconds a fresh child may take to start (import the runtime, rebuild the driver).
 START_S = 120.0
+#: Bytes of one operand, and of all the operands of the isolated operation together, that the
+#: probe allocates at most (sample values, the reference's and the runtime's results): beyond,
+#: the operation is declined before anything is allocated (a fuzzed GROUPED_CONV_2D of batch
+#: 2^31 - 1 asked numpy for 320 GiB of sample values, and ``supported_operations`` raised).
+SAMPLE_OPERAND_BYTES = 64 << 20
+SAMPLE_TOTAL_BYTES = 256 << 20
 
 
 def probe_operation(driver: CompiledDriver, single: Model, omittable: Sequence[int]) -> str | None:
     """Why ``driver`` cannot take ``single`` (see the module's docstring), or None."""
+    too_large = oversized(single)
+    if too_large:
+        return too_large
     patterns = omission_patterns(single, omittable)
     if isinstance(patterns, str):
         return patterns
@@ -166,6 +175,30 @@ def _has_while(model: Model) -> bool:
                for sg in (model.main, *model.referenced) for op in sg.operations)
 
 
+def oversized(single: Model) -> str | None:
+    """Why the probe cannot run ``single`` on sample data: an operand (input, output or other,
+    in any subgraph) of more than SAMPLE_OPERAND_BYTES, or all of them together more than
+    SAMPLE_TOTAL_BYTES; None when they fit. Computed from the shapes alone (Python integers:
+    a fuzzed dimension of 2^63 neither overflows nor allocates)."""
+    total = 0
+    for sg in (single.main, *single.referenced):
+        for k, o in enumerate(sg.operands):
+            if not o.type.is_tensor or o.lifetime is OperandLifeTime.NO_VALUE:
+                continue
+            size = np.dtype(dtype_of(o.type)).itemsize
+            for d in o.dimensions:
+                size *= max(int(d), 0)
+            total += size
+            if size > SAMPLE_OPERAND_BYTES:
+                return (f"operand {k} ({o.type.name}{list(o.dimensions)}) holds {size} bytes, more than "
+                        f"the {SAMPLE_OPERAND_BYTES >> 20} MiB per operand of sample data the support "
+                        f"probe runs an operation on: {describe(single)}")[:500]
+    if total > SAMPLE_TOTAL_BYTES:
+        return (f"its operands hold {total} bytes, more than the {SAMPLE_TOTAL_BYTES >> 20} MiB of sample "
+                f"data the support probe runs an operation on: {describe(single)}")[:500]
+    return None
+
+
 def sample_feeds(single: Model) -> list[np.ndarray]:
     """Small deterministic values for ``single``'s inputs (their types, float16 widened): real
     values 0.25, 0.5, 0.75 cycling (positive, non-zero, within (-1, 1), whatever domain the
@@ -195,7 +228,7 @@ def sample_feeds(single: Model) -> list[np.ndarray]:
         o = sg.operands[idx]
         dtype = dtype_of(o.type)
         dims = tuple(o.dimensions) if o.type.is_tensor else ()
-        step = np.arange(int(np.prod(dims)), dtype=np.int64) % 3 + 1
+        step = np.arange(3, dtype=np.int64) + 1  # one period, repeated in the operand's own dtype
         if o.type.is_quant:
             info = np.iinfo(dtype)
             values = np.clip(o.zero_point + step, info.min, info.max)
@@ -205,7 +238,10 @@ def sample_feeds(single: Model) -> list[np.ndarray]:
             values = step == 1
         else:
             values = np.full(step.shape, 1 if domains.get(idx) in ("positive", "nonzero") else 0)
-        feeds.append(np.asarray(values).astype(dtype).reshape(dims))
+        count = 1
+        for d in dims:
+            count *= max(int(d), 0)
+        feeds.append(np.resize(np.asarray(values).astype(dtype), count).reshape(dims))
     return feeds
 
 
