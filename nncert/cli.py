@@ -427,6 +427,12 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
     if args.standalone is not None:
         return _repro_standalone(args)
+    from nncert.repro.fuzzed import is_finding
+
+    if is_finding(args.file):
+        raise UsageError(f"{args.file} is a fuzz finding: replay it with `nncert fuzz replay TARGET "
+                         f"FILE --driver X`, or write its standalone reproducer with --standalone DIR")
+    args.driver = args.driver or "reference"
     if "::" in args.file:
         raise UsageError(f"{args.file} is a test id: rerun it with `nncert test ID --driver X`, or write "
                          f"its standalone reproducer with --standalone DIR")
@@ -475,6 +481,11 @@ def _repro_standalone(args: argparse.Namespace) -> int:
         out = standalone.check_out_dir(args.standalone)
     except standalone.StandaloneError as e:
         raise UsageError(f"--standalone {e}") from None
+    from nncert.repro import fuzzed
+
+    if fuzzed.is_finding(args.file):
+        return _repro_finding(args, out)
+    args.driver = args.driver or "reference"
     is_test = "::" in args.file
     graph = doc = None
     if not is_test:
@@ -505,6 +516,12 @@ def _repro_standalone(args: argparse.Namespace) -> int:
             path = standalone.write_of_test(args.file, args.driver, out)
         except standalone.StandaloneError as e:
             raise UsageError(str(e)) from None
+    return _print_standalone(path)
+
+
+def _print_standalone(path: Path) -> int:
+    from nncert.repro import standalone
+
     case = standalone.load_case(path)
     worst = f", max abs difference {case['max_abs_diff']:g}" if case.get("max_abs_diff") is not None else ""
     print(f"standalone reproducer: {path}\n  {case['outcome']} ({case.get('ended', '')}{worst})")
@@ -512,6 +529,35 @@ def _repro_standalone(args: argparse.Namespace) -> int:
         print(f"  {line}")
     print(f"  run it: cd {path} && python run.py  (pip install {' '.join(case['packages'])} numpy)")
     return 0
+
+
+def _repro_finding(args: argparse.Namespace, out: Path) -> int:
+    """``repro FINDING --standalone DIR``: a fuzz campaign's finding, decoded, minimised on its
+    model and written (nncert.repro.fuzzed)."""
+    from nncert.drivers import load_driver
+    from nncert.drivers.compiled import CompiledDriver
+    from nncert.repro import fuzzed, standalone
+
+    try:
+        finding = fuzzed.load_finding(args.file)
+        fuzzed.symptom_of(finding)  # a finding no runtime shows: refused before loading a driver
+    except standalone.StandaloneError as e:
+        raise UsageError(str(e)) from None
+    spec = args.driver or finding.spec.get("driver")
+    if not isinstance(spec, str) or not spec:
+        raise UsageError(f"{args.file}: the finding names no driver: give --driver X")
+    driver = load_driver(spec)
+    try:
+        if not isinstance(driver, CompiledDriver):
+            raise UsageError(f"--driver {spec} does not compile for another runtime (litert, onnxruntime, "
+                             f"openvino, iree, tvm): it has no runtime model file to reproduce with")
+        path = fuzzed.write_of_finding(args.file, driver, out, minimise=not args.no_minimise,
+                                       progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except standalone.StandaloneError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        driver.close()
+    return _print_standalone(path)
 
 
 def _add_graphs(sub: argparse._SubParsersAction) -> None:
@@ -554,9 +600,13 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                        "--standalone, write a reproducer of it (or of a failing test id) that runs "
                        "without nncert")
     p.add_argument("file", help="the spec file (or, with --standalone, a test id such as "
-                                "'conformance/test_operations.py::test_operation[ADD-float32-none-s0]')")
-    p.add_argument("--driver", default="reference", metavar="SPEC",
-                   help="driver to replay on (default: reference)")
+                                "'conformance/test_operations.py::test_operation[ADD-float32-none-s0]', "
+                                "or a fuzz finding: its findings/NNN-KEY directory, minimized file or "
+                                "spec.json)")
+    p.add_argument("--driver", default=None, metavar="SPEC",
+                   help="driver to replay on (default: reference; for a fuzz finding, the finding's)")
+    p.add_argument("--no-minimise", action="store_true",
+                   help="with --standalone and a fuzz finding: write its decoded model as it is")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="compile through a compilation cache in DIR, as the NNAPI runtime does, "
                         "and say whether it was a hit, a miss or refused")
@@ -624,6 +674,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         label = f"KNOWN (an expected failure of {known['test']}, {known['source']})" if known else "FINDING"
         again = f", recorded by an earlier campaign as #{f['number']}" if f["earlier"] else ""
         print(f"{label} {key} (x{f['count']}{again}): {f['message']}\n  replay: {f['command']}")
+        if f.get("standalone_command"):
+            print(f"  standalone reproducer: {f['standalone_command']}")
     print(f"journal: {campaign.journal}; summary: {out / 'summary.json'}")
     return 1 if new else 0  # discrepancies the driver's expectations already list do not fail it
 

@@ -161,7 +161,8 @@ def recorded_findings(journal: Path, repair: bool = True) -> dict[str, dict[str,
             found[record["key"]]["count"] += 1
         elif record.get("event") == "minimized" and record["key"] in found:
             found[record["key"]].update(minimized=record.get("file"), minimized_size=record.get("size"),
-                                        command=record.get("command"))
+                                        command=record.get("command"),
+                                        standalone_command=record.get("standalone_command"))
     return found
 
 
@@ -494,11 +495,16 @@ class Campaign:
             "original_size": len(original), "original_sha1": content_name(original),
             "command": command, "detail": verdict.detail[-2000:],
         }
+        standalone = standalone_command(where, spec)
+        if standalone:
+            spec["standalone_command"] = standalone
         files.write_atomic(where / "spec.json", json.dumps(spec, indent=1) + "\n")
-        files.write_atomic(where / "command.txt", command + "\n")
-        record.update(minimized=str(input_path), minimized_size=len(minimal), command=command)
+        files.write_atomic(where / "command.txt", command + "\n" + (standalone + "\n" if standalone else ""))
+        record.update(minimized=str(input_path), minimized_size=len(minimal), command=command,
+                      standalone_command=standalone)
         self._journal({"event": "minimized", "key": verdict.key, "file": str(input_path),
-                       "size": len(minimal), "original_size": len(original), "command": command})
+                       "size": len(minimal), "original_size": len(original), "command": command,
+                       "standalone_command": standalone})
 
     def _journal(self, record: dict[str, Any]) -> None:
         with open(files.open_append(self.journal), "a", encoding="utf-8") as f:
@@ -572,6 +578,7 @@ class Campaign:
                                       "number": r["number"], "earlier": key in self.earlier,
                                       "kind": r.get("kind"), "message": r.get("message"),
                                       "command": r.get("command"), "dir": r.get("dir"),
+                                      "standalone_command": r.get("standalone_command"),
                                       "known": r.get("known")}
                                 for key, r in found.items()},
         }
@@ -591,6 +598,26 @@ def finding_dir_name(number: int, key: str) -> str:
     """The directory of finding ``number`` under ``DIR/findings``: ``NNN-KEY``, the key made a name."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")[:80]
     return f"{number:03d}-{slug}"
+
+
+def standalone_command(where: Path, spec: dict[str, Any]) -> str | None:
+    """The line that writes a finding's standalone reproducer into ``where/standalone``
+    (``nncert repro FINDING --driver X --standalone DIR``, nncert.repro.fuzzed): for a crash,
+    hang or wrong result of a target that decodes a model, found on a runtime's driver; None
+    for the others (an answer of nncert's driver layer, which no runtime model file shows)."""
+    from nncert.drivers import RUNTIMES
+    from nncert.repro.fuzzed import FuzzFinding, symptom_of
+    from nncert.repro.standalone import StandaloneError
+
+    driver = spec.get("driver")
+    if not isinstance(driver, str) or driver.split(":", 1)[0] not in RUNTIMES:
+        return None
+    try:
+        symptom_of(FuzzFinding(where, spec, b""))
+    except StandaloneError:
+        return None
+    return shlex.join(["nncert", "repro", str(where), "--driver", driver, "--standalone",
+                       str(where / "standalone")])
 
 
 def replay_command(target: str, path: Path, driver: str | None) -> str:
