@@ -58,12 +58,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
-from nncert.drivers.probe import omittable_inputs, probe_operation
+from nncert.drivers.probe import omittable_inputs, probe_operations
 from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
 from nncert.hal.request_io import read_inputs, write_outputs
@@ -373,11 +373,16 @@ class CompiledDriver(Driver):
     def decline_reasons(self, model: Model) -> list[str | None]:
         validate_model(model, self.feature_level)
         wide = widen_float16(model.copy())  # the copy's enum types, not a decoded model's raw ints
-        return [_widening_problem(model, n) or self.why_unsupported(wide, n)
-                for n in range(len(wide.main.operations))]
+        return self._probed([_widening_problem(model, n) or self._probe_plan(wide, n)
+                             for n in range(len(wide.main.operations))])
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
         """Why the driver declines operation ``index`` of a widened model, or None."""
+        return self._probed([self._probe_plan(wide, index)])[0]
+
+    def _probe_plan(self, wide: Model, index: int) -> str | _Probe | None:
+        """Why the driver declines operation ``index`` of a widened model, None, or the probe
+        that decides it."""
         try:
             problem = self.operation_problem(wide, index)
         except Exception as e:  # an exporter bug declines, and says so
@@ -404,12 +409,24 @@ class CompiledDriver(Driver):
         key = _probe_key(single)
         if omittable:  # which inputs a request may omit decides what is probed too
             key = hashlib.blake2b(key + repr(omittable).encode(), digest_size=20).digest()
+        return _Probe(key, single, omittable)
+
+    def _probed(self, plans: Sequence[str | _Probe | None]) -> list[str | None]:
+        """The verdict of each of ``_probe_plan``'s answers: the cached one of a probe's
+        signature, else the probe's, those not cached run together in one request to the probe
+        child (each signature once, in order)."""
         with self._probe_lock:
-            if key not in self._probes:
-                if len(self._probes) >= PROBE_CACHE:  # a fuzz campaign's endless variety
-                    self._probes.clear()
-                self._probes[key] = probe_operation(self, single, omittable)
-            return self._probes[key]
+            todo: dict[bytes, _Probe] = {}
+            for p in plans:
+                if isinstance(p, _Probe) and p.key not in self._probes:
+                    todo.setdefault(p.key, p)
+            found = dict(zip(todo, probe_operations(self, [(p.single, p.omittable) for p in todo.values()]),
+                             strict=True)) if todo else {}
+            if len(self._probes) + len(found) > PROBE_CACHE:  # a fuzz campaign's endless variety
+                self._probes.clear()
+            self._probes.update(found)
+            return [(found[p.key] if p.key in found else self._probes[p.key]) if isinstance(p, _Probe) else p
+                    for p in plans]
 
     def prepare_model(self, model: Model,
                       preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
@@ -449,6 +466,15 @@ class CompiledDriver(Driver):
         if not content or not self.translates():
             return self.prepare_model(model)
         return self._prepared(model, widen_float16(model), content)
+
+
+class _Probe(NamedTuple):
+    """What the support probe runs to decide an operation: the operation alone (``single``),
+    the inputs a request may omit, and the key its verdict is cached under."""
+
+    key: bytes
+    single: Model
+    omittable: tuple[int, ...]
 
 
 def _widening_problem(model: Model, index: int) -> str | None:

@@ -19,8 +19,9 @@ The child is a fresh interpreter that rebuilds the driver from its constructor's
 execs at once), so no thread, lock or descriptor of this process is inherited: IREE, TVM and
 OpenVINO hang in a fork of a process that has run them. A driver whose runtime is safe to fork
 (``probe_fork``), or whose arguments cannot be handed over, gets a fork of this process
-instead. One child serves every probe of its driver, one request at a time: a probe costs a
-round trip, not a process start.
+instead. One child serves every probe of its driver, one request at a time: the operations of
+a model that are not in the driver's cache are probed in one request (``probe_operations``),
+so a model costs a round trip, not a process start nor a round trip an operation.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,16 +72,39 @@ SAMPLE_TOTAL_BYTES = 256 << 20
 
 def probe_operation(driver: CompiledDriver, single: Model, omittable: Sequence[int]) -> str | None:
     """Why ``driver`` cannot take ``single`` (see the module's docstring), or None."""
-    too_large = oversized(single)
-    if too_large:
-        return too_large
-    patterns = omission_patterns(single, omittable)
-    if isinstance(patterns, str):
-        return patterns
-    models = [omit_inputs(single, p) for p in patterns]
-    feeds = [None if _has_while(m) else sample_feeds(m) for m in models]
-    outcome, (n, stage) = _ask(driver, (models, feeds), driver.probe_timeout * len(models))
+    return probe_operations(driver, [(single, omittable)])[0]
+
+
+def probe_operations(driver: CompiledDriver,
+                     items: Sequence[tuple[Model, Sequence[int]]]) -> list[str | None]:
+    """``probe_operation`` of each (single, omittable) of ``items``, those that need the child
+    sent to it as one request (a model's operations in one round trip, not one each); each is
+    judged as if probed alone, in the same order."""
+    verdicts: list[str | None] = [None] * len(items)
+    probes: list[tuple[int, Model, list[tuple[int, ...]], list[Model], list]] = []
+    for k, (single, omittable) in enumerate(items):
+        too_large = oversized(single)
+        if too_large:
+            verdicts[k] = too_large
+            continue
+        patterns = omission_patterns(single, omittable)
+        if isinstance(patterns, str):
+            verdicts[k] = patterns
+            continue
+        models = [omit_inputs(single, p) for p in patterns]
+        feeds = [None if _has_while(m) else sample_feeds(m) for m in models]
+        probes.append((k, single, patterns, models, feeds))
+    answers = _ask_many(driver, [(models, feeds) for _, _, _, models, feeds in probes])
+    for (k, single, patterns, models, feeds), (outcome, at) in zip(probes, answers, strict=True):
+        verdicts[k] = _verdict(driver, single, patterns, models, feeds, outcome, at)
+    return verdicts
+
+
+def _verdict(driver: CompiledDriver, single: Model, patterns: list[tuple[int, ...]], models: list[Model],
+             feeds: list, outcome: Outcome, at: tuple[int, str]) -> str | None:
+    """The probe's verdict on ``single`` from its child's answer (or how the child ended)."""
     who = driver.runtime or driver.name
+    n, stage = at
     if outcome.kind in (Kind.CRASH, Kind.HANG):
         verb = "runs" if stage == "run" else "compiles"
         return (f"{who}: {outcome.reason} when it {verb} {describe(single)}{_omitting(patterns[n])}: "
@@ -104,28 +128,45 @@ def probe_operation(driver: CompiledDriver, single: Model, omittable: Sequence[i
     return None
 
 
-def _ask(driver: CompiledDriver, request: tuple, timeout: float) -> tuple[Outcome, tuple[int, str]]:
-    """``request`` answered by the driver's probe child, started when it has none (or after
-    one died): the Outcome, and the model and stage it got to. A child that dies after serving
-    earlier probes may have been broken by one of them: the request is tried again in a fresh
-    child, whose verdict stands."""
-    while True:
+def _ask_many(driver: CompiledDriver,
+              probes: list[tuple[list[Model], list]]) -> list[tuple[Outcome, tuple[int, str]]]:
+    """Each probe (models, feeds) answered by the driver's probe child, started when it has
+    none (or after one died), in one request: per probe the Outcome (SUCCESS: the child's
+    results) and the model and stage it got to. Each probe has its own deadline
+    (``probe_timeout`` a model) from when the child starts it. When the child dies, the probes
+    it finished keep their answers; a child that dies after serving earlier probes may have
+    been broken by one of them: the probe it died on is tried again first in a fresh child,
+    whose verdict stands, and the rest follow it there."""
+    answers: list[tuple[Outcome, tuple[int, str]] | None] = [None] * len(probes)
+    order = list(range(len(probes)))
+    while order:
         child = driver._probe_child
         if child is None or not child.usable():
             if child is not None:
                 child.close()
             child = driver._probe_child = ProbeChild(driver)
         fresh = child.served == 0
-        outcome, progress = child.ask(request, timeout)
+        batch = [probes[i] for i in order]
+        outcome, at, done = child.ask(batch, [driver.probe_timeout * len(models) for models, _ in batch])
         if outcome.kind is Kind.SUCCESS:
-            return outcome, progress
+            values = outcome.value
+            if not (isinstance(values, list) and len(values) == len(order)):
+                values = [values] * len(order)  # judged (and refused) probe by probe
+            for i, value in zip(order, values, strict=True):
+                answers[i] = (Outcome(Kind.SUCCESS, value=value), (0, "compile"))
+            break
         child.close()
         driver._probe_child = None
         if child.start_error and not child.forked:
             driver._probe_exec_failed = True  # the driver cannot be rebuilt: a fork it is
             continue
-        if fresh:
-            return outcome, progress
+        for i, value in zip(order, done, strict=False):
+            answers[i] = (Outcome(Kind.SUCCESS, value=value), (0, "compile"))
+        order = order[len(done):]
+        if fresh and not done:
+            answers[order[0]] = (outcome, at)
+            order = order[1:]
+    return answers  # type: ignore[return-value]  (every probe answered)
 
 
 # -- what is probed --
@@ -282,11 +323,14 @@ def _omitting(pattern: Sequence[int]) -> str:
 class ProbeChild:
     """A driver's probe child: started through ``run_isolated`` from a daemon thread that waits
     for it (so run_isolated reaps it and says how it died: a CRASH and its signal), serving
-    requests ((models, feeds): ``compile_and_run``) until it dies or is closed. Messages both
-    ways are length-prefixed pickles on two pipes; before each step the child says which model
-    and stage it is at, so a death is placed. Each request has a deadline, past which the
-    child's process group is killed (a HANG). A fork of the owner (a test run in a child of its
-    own) starts a child of its own rather than use the owner's."""
+    requests (a list of probes, each (models, feeds): ``compile_and_run``) until it dies or is
+    closed. Requests and answers are length-prefixed pickles on two pipes. Before each step the
+    child writes which probe, model and stage it is at, and after each probe its results, into
+    a shared memory file (``Progress``) that this side reads only to place a death or to time
+    each probe: no message, and so no wake-up of this process, per step. Each probe has a
+    deadline from when the child starts it, past which the child's process group is killed (a
+    HANG). A fork of the owner (a test run in a child of its own) starts a child of its own
+    rather than use the owner's."""
 
     #: run_isolated needs a finite deadline (poll's, in ms, fits 31 bits): the child lives
     #: until it is closed or dies, or for a week.
@@ -294,6 +338,8 @@ class ProbeChild:
     #: A forked child is replaced after this many probes or seconds: it holds the pages of
     #: this process as they were at the fork, which this process's writes make copies of.
     FORK_REQUESTS, FORK_AGE_S = 256, 120.0
+    #: How often (seconds) a waiting request looks at which probe the child has got to.
+    TICK_S = 1.0
 
     def __init__(self, driver: CompiledDriver) -> None:
         self.owner = os.getpid()
@@ -304,11 +350,12 @@ class ProbeChild:
         self.forked = recipe is None
         request_r, self.request_w = os.pipe()
         self.answer_r, answer_w = os.pipe()
+        self.progress = Progress(os.memfd_create("nncert-probe-progress", os.MFD_CLOEXEC))
+        ends = (request_r, answer_w, self.progress.fd, self.request_w, self.answer_r)
         if self.forked:
-            fn = _serve_in_fork
-            args: tuple = (weakref.ref(driver), request_r, answer_w, self.request_w, self.answer_r)
+            fn, args = _serve_in_fork, (weakref.ref(driver), *ends)
         else:
-            fn, args = _exec_server, (request_r, answer_w, self.request_w, self.answer_r)
+            fn, args = _exec_server, ends
 
         def host() -> None:
             try:
@@ -344,53 +391,71 @@ class ProbeChild:
         young = time.monotonic() - self.born < self.FORK_AGE_S
         return not self.forked or (self.served < self.FORK_REQUESTS and young)
 
-    def ask(self, request: object, timeout: float) -> tuple[Outcome, tuple[int, str]]:
-        """Send ``request``; its answer (SUCCESS, the value), or how the child ended, with the
-        model and stage it had got to."""
-        deadline = time.monotonic() + timeout
-        at: tuple[int, str] = (0, "compile")
+    def ask(self, probes: list, budgets: list[float]) -> tuple[Outcome, tuple[int, str], list]:
+        """Send ``probes`` (each (models, feeds)); their answers (SUCCESS, one value a probe), or
+        how the child ended, with the model and stage it had got to in the first probe it did
+        not finish, and the results of those it finished. Probe ``j`` may take ``budgets[j]``
+        seconds from when the child starts it."""
+        self.progress.clear()
+        budget = budgets[0] if budgets else 1.0
+        self._deadline = time.monotonic() + budget
+        self._started = 0
+        self._budgets = budgets
         try:
             if self.pid is None:
                 raise EOFError
-            _send(self.request_w, pickle.dumps(request, pickle.HIGHEST_PROTOCOL))
-            while True:
-                message = self._message(deadline)
-                if not (isinstance(message, tuple) and len(message) == 2):
-                    raise EOFError
-                if message[0] == "at":
-                    n, stage = message[1]
-                    at = (int(n), str(stage))
-                    continue
-                if message[0] != "answer":
-                    raise EOFError
-                break
+            _send(self.request_w, pickle.dumps(probes, pickle.HIGHEST_PROTOCOL))
+            message = self._message()
+            if not (isinstance(message, tuple) and len(message) == 2 and message[0] == "answer"):
+                raise EOFError
         except TimeoutError:
             self.kill()
             self._wait()
-            return Outcome(Kind.HANG, f"no answer within {timeout:g} s"), at
+            return self._ended(Outcome(Kind.HANG, f"no answer within {self._budgets[self._started]:g} s"),
+                               len(probes))
         except Exception:  # its end, or what no child of ours writes: it is done for
             self.kill()
             self._wait()
             if self.start_error:
-                return Outcome(Kind.FAILURE, f"the probe child did not start: {self.start_error}"), at
-            return self.outcome or Outcome(Kind.CRASH, "the probe child ended without an answer"), at
-        self.served += 1
-        return Outcome(Kind.SUCCESS, value=message[1]), at
+                outcome = Outcome(Kind.FAILURE, f"the probe child did not start: {self.start_error}")
+            else:
+                outcome = self.outcome or Outcome(Kind.CRASH, "the probe child ended without an answer")
+            return self._ended(outcome, len(probes))
+        self.served += len(probes)
+        return Outcome(Kind.SUCCESS, value=message[1]), (0, "compile"), []
 
-    def _message(self, deadline: float) -> Any:
-        """The child's next message, None at the end of its pipe; TimeoutError at ``deadline``."""
+    def _ended(self, outcome: Outcome, count: int) -> tuple[Outcome, tuple[int, str], list]:
+        """How the child ended, where it was, and the results of the probes it finished
+        (read from ``progress`` once it is dead: nothing writes there any more)."""
+        done, (j, n, stage) = self.progress.read(count)
+        return outcome, ((n, stage) if j == len(done) else (0, "compile")), done
+
+    def _tick(self) -> None:
+        """Give the probe the child has started since the last look its own deadline."""
+        j = self.progress.current()
+        if self._started < j < len(self._budgets):
+            self._started = j
+            self._deadline = time.monotonic() + self._budgets[j]
+
+    def _message(self, deadline: float | None = None) -> Any:
+        """The child's next message, None at the end of its pipe; TimeoutError at the deadline
+        (``deadline``, else the current probe's)."""
         head = self._read(8, deadline)
         if len(head) < 8:
             return None
         body = self._read(struct.unpack("=q", head)[0], deadline)
         return pickle.loads(body) if body else None
 
-    def _read(self, n: int, deadline: float) -> bytes:
-        """``n`` bytes of the answer pipe; fewer at its end; TimeoutError at ``deadline``."""
+    def _read(self, n: int, deadline: float | None) -> bytes:
+        """``n`` bytes of the answer pipe; fewer at its end; TimeoutError at the deadline."""
         chunks, left = [], n
         while left:
-            if not readable([self.answer_r], min(1.0, max(0.0, deadline - time.monotonic()))):
-                if time.monotonic() >= deadline:
+            limit = self._deadline if deadline is None else deadline
+            if not readable([self.answer_r], min(self.TICK_S, max(0.0, limit - time.monotonic()))):
+                if deadline is None:
+                    self._tick()
+                    limit = self._deadline
+                if time.monotonic() >= limit:
                     raise TimeoutError
                 if not self.thread.is_alive():  # no child at all (it never started)
                     break
@@ -424,6 +489,7 @@ class ProbeChild:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.request_w = self.answer_r = -1
+        self.progress.close()
         self._wait()
         self._finalizer.detach()
 
@@ -463,7 +529,7 @@ def _read_exactly(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _exec_server(request_r: int, answer_w: int, request_w: int, answer_r: int) -> None:
+def _exec_server(request_r: int, answer_w: int, progress: int, request_w: int, answer_r: int) -> None:
     """In run_isolated's fork: become a fresh interpreter running this module's ``main`` on the
     two pipe ends (the only descriptors it keeps besides run_isolated's stdio)."""
     from nncert.certify.runner import die_with_parent
@@ -472,15 +538,15 @@ def _exec_server(request_r: int, answer_w: int, request_w: int, answer_r: int) -
     os.close(answer_r)
     _send(answer_w, pickle.dumps(("pid", os.getpid())))
     die_with_parent()  # kept across exec
-    os.set_inheritable(request_r, True)
-    os.set_inheritable(answer_w, True)
+    for fd in (request_r, answer_w, progress):
+        os.set_inheritable(fd, True)
     env = dict(os.environ)  # the driver's class is found where this process found it
     env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-    argv = [sys.executable, "-m", "nncert.drivers.probe", str(request_r), str(answer_w)]
+    argv = [sys.executable, "-m", "nncert.drivers.probe", str(request_r), str(answer_w), str(progress)]
     os.execve(sys.executable, argv, env)
 
 
-def _serve_in_fork(driver_ref: weakref.ref, request_r: int, answer_w: int, request_w: int,
+def _serve_in_fork(driver_ref: weakref.ref, request_r: int, answer_w: int, progress: int, request_w: int,
                    answer_r: int) -> None:
     """In run_isolated's fork: serve the driver as it was at the fork."""
     from nncert.certify.runner import die_with_parent
@@ -488,11 +554,11 @@ def _serve_in_fork(driver_ref: weakref.ref, request_r: int, answer_w: int, reque
     os.close(request_w)  # the parent's ends: the child must see the requests end
     os.close(answer_r)
     _send(answer_w, pickle.dumps(("pid", os.getpid())))
-    _let_go_of_inherited((request_r, answer_w))
+    _let_go_of_inherited((request_r, answer_w, progress))
     die_with_parent()
     driver = driver_ref()
     if driver is not None:
-        _serve(driver, request_r, answer_w)
+        _serve(driver, request_r, answer_w, progress)
 
 
 def _let_go_of_inherited(keep: Sequence[int]) -> None:
@@ -522,31 +588,36 @@ def _let_go_of_inherited(keep: Sequence[int]) -> None:
             continue  # listdir's own descriptor, gone since
 
 
-def _serve(driver: CompiledDriver, request_r: int, answer_w: int) -> None:
-    """Say ready, then answer each request until the requests end."""
+def _serve(driver: CompiledDriver, request_r: int, answer_w: int, progress_fd: int) -> None:
+    """Say ready, then answer each request (a list of probes) until the requests end."""
+    progress = Progress(progress_fd)
     _send(answer_w, pickle.dumps(("ready", os.getpid())))
     while (data := _receive(request_r)) is not None:
-        models, feeds = pickle.loads(data)
-        answer = compile_and_run(driver, models, feeds, answer_w)
-        _send(answer_w, pickle.dumps(("answer", answer), pickle.HIGHEST_PROTOCOL))
+        progress.start()
+        answers = []
+        for j, (models, feeds) in enumerate(pickle.loads(data)):
+            result = compile_and_run(driver, models, feeds, lambda n, stage, j=j: progress.at(j, n, stage))
+            progress.finished(result)
+            answers.append(result)
+        _send(answer_w, pickle.dumps(("answer", answers), pickle.HIGHEST_PROTOCOL))
 
 
 def compile_and_run(driver: CompiledDriver, models: Sequence[Model], feeds: Sequence[list[np.ndarray] | None],
-                    progress: int | None = None) -> list[tuple[str, str] | None]:
+                    progress: Callable[[int, str], None] | None = None) -> list[tuple[str, str] | None]:
     """Compile each model and run it once on its feeds (None: compiled only). Per model, None
     or (the stage that raised, why); after a compilation fails nothing more is tried. Before
-    each step, where it is goes to descriptor ``progress``."""
+    each step, ``progress(model, stage)`` says where it is."""
     results: list[tuple[str, str] | None] = []
     for n, (model, inputs) in enumerate(zip(models, feeds, strict=True)):
         stage = "compile"
         try:
             if progress is not None:
-                _send(progress, pickle.dumps(("at", (n, stage))))
+                progress(n, stage)
             exe = driver.compile(model)
             if inputs is not None:
                 stage = "run"
                 if progress is not None:
-                    _send(progress, pickle.dumps(("at", (n, stage))))
+                    progress(n, stage)
                 exe.run(inputs)
         except Exception as e:
             results.append((stage, f"{type(e).__name__}: {e}".strip()))
@@ -557,13 +628,81 @@ def compile_and_run(driver: CompiledDriver, models: Sequence[Model], feeds: Sequ
     return results
 
 
+class Progress:
+    """Where a probe child is, in a small shared memory file (memfd) both sides hold: the
+    child writes which probe, model and stage it is at before each step and appends each
+    finished probe's results; the owner clears it before each request and reads it on a
+    tick (the probe under way, for its deadline) or once the child is dead (where it died,
+    and what it finished). Each write is one pwrite: no message, no wake-up."""
+
+    _HEAD = struct.Struct("=qqqqq")  # probe, model, stage (0 compile, 1 run), probes done, end
+    _START = 64
+    #: The most bytes of finished results read back.
+    LIMIT = 64 << 20
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.done = 0
+        self.end = self._START
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+    # -- the child's side --
+    def start(self) -> None:
+        self.done, self.end = 0, self._START
+
+    def at(self, probe: int, model: int, stage: str) -> None:
+        os.pwrite(self.fd, struct.pack("=qqq", probe, model, stage == "run"), 0)
+
+    def finished(self, result: object) -> None:
+        data = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+        os.pwrite(self.fd, struct.pack("=q", len(data)) + data, self.end)
+        self.end += 8 + len(data)
+        self.done += 1
+        os.pwrite(self.fd, struct.pack("=qq", self.done, self.end), 24)
+
+    # -- the owner's side --
+    def clear(self) -> None:
+        os.pwrite(self.fd, self._HEAD.pack(0, 0, 0, 0, self._START), 0)
+
+    def _head(self) -> tuple[int, int, int, int, int]:
+        data = os.pread(self.fd, self._HEAD.size, 0)
+        return self._HEAD.unpack(data) if len(data) == self._HEAD.size else (0, 0, 0, 0, self._START)
+
+    def current(self) -> int:
+        """The probe the child is at (it may be writing: a torn value is caught up next tick)."""
+        return self._head()[0]
+
+    def read(self, count: int) -> tuple[list, tuple[int, int, str]]:
+        """The results of the probes the child finished (at most ``count``, each read back as
+        written; the first that is not ends the list) and where it was: (probe, model, stage)."""
+        probe, model, stage, done, end = self._head()
+        end = min(max(end, self._START), self._START + self.LIMIT)
+        data = os.pread(self.fd, end - self._START, self._START) if end > self._START else b""
+        results, offset = [], 0
+        while len(results) < min(done, count) and offset + 8 <= len(data):
+            size = struct.unpack_from("=q", data, offset)[0]
+            if not 0 < size <= len(data) - offset - 8:
+                break
+            try:
+                results.append(pickle.loads(data[offset + 8:offset + 8 + size]))
+            except Exception:
+                break
+            offset += 8 + size
+        return results, (probe, model, "run" if stage else "compile")
+
+
 def main(argv: Sequence[str]) -> int:
-    """The fresh child: ``python -m nncert.drivers.probe REQUEST_FD ANSWER_FD``. Its first
+    """The fresh child: ``python -m nncert.drivers.probe REQUEST_FD ANSWER_FD PROGRESS_FD``. Its first
     request is the driver's recipe (module, class name, arguments, keyword arguments)."""
     import faulthandler
 
     faulthandler.enable()  # a fatal signal's traceback in run_isolated's output
-    request_r, answer_w = (int(a) for a in argv)
+    request_r, answer_w, progress = (int(a) for a in argv)
     data = _receive(request_r)
     if data is None:
         return 0
@@ -576,7 +715,7 @@ def main(argv: Sequence[str]) -> int:
     except Exception as e:
         _send(answer_w, pickle.dumps(("error", f"{type(e).__name__}: {e}")))
         return 1
-    _serve(driver, request_r, answer_w)
+    _serve(driver, request_r, answer_w, progress)
     return 0
 
 
