@@ -468,6 +468,119 @@ def test_litert_declines_the_fuzzers_huge_grouped_conv_2d_with_a_reason():
         driver.close()
 
 
+
+# -- shapes that follow from input values, worked out before the runtime runs (EXE-5) --
+
+def _pad_of_request_paddings():
+    """PAD of a [1, 2] input whose paddings are a model input, declared to give [3, 4]
+    (paddings [[1, 1], [1, 1]]): the shape follows from a value only the request gives."""
+    b = ModelBuilder()
+    x, pads = b.operand(T.TENSOR_FLOAT32, (1, 2)), b.operand(T.TENSOR_INT32, (2, 2))
+    out = b.operand(T.TENSOR_FLOAT32, (3, 4))
+    b.operation(OperationType.PAD, [x, pads], [out])
+    return b.build([x, pads], [out])
+
+
+#: paddings -> what they ask of the PAD above: the declared shape, another shape, 1.7e9 rows
+#: (ONNX Runtime set out to allocate them for the fuzzer, whatever the output buffer).
+PADDINGS = {"declared": [[1, 1], [1, 1]], "other": [[0, 5], [0, 0]], "huge": [[0, 1_700_000_000], [0, 0]]}
+
+
+def _pad_statuses(driver, short_buffer=False, messages=None):
+    """What ``driver`` answers for each of PADDINGS (and a 24-byte buffer for the declared
+    shape's 48 bytes): the status and output shapes of the failure, or the output; each
+    failure's message goes into ``messages``."""
+    model = _pad_of_request_paddings()
+    prepared = driver.prepare_model(model)
+    x = np.array([[1.0, 2.0]], np.float32)
+    answers = {}
+    for name, pads in PADDINGS.items():
+        request = build_request(model, [x, np.array(pads, np.int32)], [(3, 4)])
+        if short_buffer:
+            request.outputs[0].location.length = 24
+        try:
+            prepared.execute_synchronously(request)
+            answers[name] = read_outputs(model, request, [(3, 4)])[0].tolist()
+        except HalError as e:
+            answers[name] = (e.status.name, [(s.dimensions, s.is_sufficient) for s in e.output_shapes])
+            if messages is not None:
+                messages[name] = str(e)
+    return answers
+
+
+class CountingCompiled(NumpyCompiled):
+    """NumpyCompiled that counts the runs of its executables in this process."""
+
+    def compile(self, model):
+        exe = super().compile(model)
+        driver = self
+
+        class Counting:
+            def run(self, inputs):
+                driver.runs += 1
+                return exe.run(inputs)
+
+        return Counting()
+
+    runs = 0
+
+
+def test_shapes_from_input_values_are_answered_before_the_runtime_runs_as_the_reference_answers():
+    from nncert.drivers.compiled import value_shaped
+    from nncert.drivers.reference import ReferenceDriver
+
+    driver = CountingCompiled()
+    answers = _pad_statuses(driver)
+    assert answers == _pad_statuses(ReferenceDriver())
+    assert answers["declared"] == [[0, 0, 0, 0], [0, 1, 2, 0], [0, 0, 0, 0]]
+    assert answers["other"] == ("INVALID_ARGUMENT", [])  # [1, 7] contradicts the declared [3, 4]
+    assert answers["huge"] == ("GENERAL_FAILURE", [])  # beyond what the reference computes either
+    assert driver.runs == 1  # only the declared paddings reached the runtime
+    short = _pad_statuses(driver, short_buffer=True)
+    assert short["declared"] == ("OUTPUT_INSUFFICIENT_SIZE", [((3, 4), False)])
+    assert short == _pad_statuses(ReferenceDriver(), short_buffer=True) and driver.runs == 1
+    assert value_shaped(driver.prepare_model(_pad_of_request_paddings()).wide)
+    assert not value_shaped(_add_model())  # an ordinary model: nothing checked at run time
+
+
+def test_a_huge_pad_of_request_paddings_never_reaches_onnx_runtime():
+    """The fuzzer's ONNX Runtime finding, by hand: each compiled driver answers as the reference
+    does, in a child whose address space is capped at 8 GiB (before the fix ONNX Runtime set
+    out to allocate 1.7e9 x 4 floats)."""
+    import resource
+
+    from nncert.drivers import load_driver
+    from nncert.drivers.reference import ReferenceDriver
+    from nncert.testing.outcome import Kind, run_isolated
+
+    pytest.importorskip("onnxruntime")
+    expected = _pad_statuses(ReferenceDriver())
+
+    def on(spec):
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+        driver = load_driver(spec)
+        messages = {}
+        try:
+            return _pad_statuses(driver, messages=messages), messages
+        finally:
+            driver.close()
+
+    specs = ["onnxruntime"] + (["litert"] if installed_module("ai_edge_litert") else [])
+    for spec in specs:
+        outcome = run_isolated(on, spec, timeout=120)
+        assert outcome.kind is Kind.SUCCESS, (spec, outcome.reason, outcome.stderr_tail)
+        answers, messages = outcome.value
+        assert answers == expected, spec
+        # answered from the shape, not by the runtime failing to allocate it
+        assert "output 0 would have shape [1700000001, 2]" in messages["huge"], messages
+
+
+def installed_module(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 # -- omitted model inputs (a request argument with no value) --
 
 def _transpose_model():

@@ -81,6 +81,27 @@ def read_inputs(model: Model, request: Request, copy: bool = True) -> list[np.nd
     return values
 
 
+def check_output_space(model: Model, request: Request, shapes: Sequence[Sequence[int] | None]) -> None:
+    """OUTPUT_INSUFFICIENT_SIZE (EXE-5), as ``write_outputs`` raises it, before the outputs
+    exist: for a driver that knows the output shapes ahead (None: not known; reported with the
+    model's dimensions, 0 where unknown, and taken as sufficient) and must not run into a
+    buffer too small for them. A request with driver-managed buffers is left to
+    ``write_outputs``, which judges those (MEM-6)."""
+    if _bind(model, request) is not None:
+        return
+    found = []
+    for idx, arg, dims in zip(model.main.output_indexes, request.outputs, shapes, strict=True):
+        operand = model.main.operands[idx]
+        if dims is None:
+            found.append(OutputShape(tuple(operand.dimensions), True))
+            continue
+        nbytes = math.prod(int(d) for d in dims) * dtype_of(operand.type).itemsize
+        found.append(OutputShape(tuple(int(d) for d in dims), nbytes <= arg.location.length))
+    if not all(s.is_sufficient for s in found):
+        small = [i for i, s in enumerate(found) if not s.is_sufficient]
+        raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, f"output buffers too small: {small}", found)
+
+
 def write_outputs(model: Model, request: Request, outputs: Sequence[np.ndarray]) -> list[OutputShape]:
     """Copy outputs into the request's buffers and return their shapes; raises
     OUTPUT_INSUFFICIENT_SIZE (with every output's shape) if any buffer is too small (EXE-5)."""

@@ -16,7 +16,7 @@ The results are plain in-memory models: constants are packed into ``operand_valu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -165,13 +165,16 @@ def specialize_shapes(model: Model, input_dims: Sequence[Sequence[int] | None]) 
                  sg.output_indexes, refs)
 
 
-def specialize_subgraph(model: Model, sg: Subgraph, input_dims: Sequence[Sequence[int] | None]) -> Subgraph:
+def specialize_subgraph(model: Model, sg: Subgraph, input_dims: Sequence[Sequence[int] | None],
+                        values: Mapping[int, np.ndarray] | None = None) -> Subgraph:
     """``sg`` (of ``model``: its constants and referenced subgraphs) with the actual input
     dimensions and every dimension that follows from them; operands are copies, their
     locations unchanged. An IF / WHILE output whose shape depends on the values (branches
     of different output shapes, a loop whose carried shapes change from one iteration to the
     next) stays unknown, and so may only be an output of ``sg``: an operation reading it
-    raises ShapeUnknown, as does an output shape that depends on a non-constant value."""
+    raises ShapeUnknown, as does an output shape that depends on a non-constant value not
+    in ``values`` (operand index of ``sg`` -> its raw value: a run's inputs, known before
+    it runs)."""
     from nncert.ops import get  # the catalogue imports the HAL; import late
     from nncert.ops.base import ShapeError
     from nncert.ops.evaluate import known_inputs, output_shapes
@@ -199,7 +202,7 @@ def specialize_subgraph(model: Model, sg: Subgraph, input_dims: Sequence[Sequenc
             continue
         if record is None:
             raise ShapeUnknown(f"operation {n} ({op.type.name}) has no shape rule")
-        ins, vals = known_inputs(record, model, operands, op.inputs)  # original locations
+        ins, vals = known_inputs(record, model, operands, op.inputs, values)  # original locations
         outs = [operands[i] for i in op.outputs]
         try:
             shapes = output_shapes(record, ins, vals, outs)

@@ -7,7 +7,7 @@ kernel; records only describe NHWC, real-valued computation.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,11 +62,13 @@ def bind(record: OpRecord, inputs: Sequence[Operand | None], values: Sequence[An
     return OpContext(record, m, inputs, values, outputs)
 
 
-def known_inputs(record: OpRecord, model: Any, operands: Sequence[Operand],
-                 inputs: Sequence[int]) -> tuple[list[Operand | None], list[Any]]:
+def known_inputs(record: OpRecord, model: Any, operands: Sequence[Operand], inputs: Sequence[int],
+                 given: Mapping[int, Any] | None = None) -> tuple[list[Operand | None], list[Any]]:
     """An operation's input operands (None where omitted) and what its shape rule and kernel
     would see of them before it runs: constants' values (scalars as numbers, tensors real
-    when the record dequantizes), None for everything else. ``model`` holds the constants."""
+    when the record dequantizes), None for everything else. ``model`` holds the constants;
+    ``given``: operand index -> raw value of non-constant operands known as well (a run's
+    input values)."""
     from nncert.hal.types import OperandLifeTime
 
     ins: list[Operand | None] = []
@@ -78,7 +80,7 @@ def known_inputs(record: OpRecord, model: Any, operands: Sequence[Operand],
             vals.append(None)
             continue
         ins.append(o)
-        raw = model.constant_value(o)
+        raw = given[i] if given is not None and i in given else model.constant_value(o)
         if raw is None:
             vals.append(None)
         elif o.type.is_scalar:
