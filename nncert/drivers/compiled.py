@@ -34,6 +34,10 @@ The base then gives:
 - dynamic shapes (EXE-4): a model with unknown dimensions is compiled again for each new set
   of actual input shapes, the shapes filled in by the catalogue's rules (an IF / WHILE output
   whose shape the taken branch or the loop decides stays unknown: the runtime gives it);
+- shapes that follow from input values (a PAD whose paddings the request gives): worked out
+  by the catalogue's rules before the runtime runs, and answered as the reference answers
+  them (a contradicted or too large shape, OUTPUT_INSUFFICIENT_SIZE with the shapes), so that
+  no value makes the runtime allocate what the caller's buffer cannot take;
 - omitted inputs: a request that gives a model input no value (an optional operation input,
   such as an LSTM's peephole weights) runs a variant of the model compiled with that
   operand omitted (NO_VALUE), once per omission pattern; the probe compiles and runs each
@@ -52,6 +56,7 @@ The base then gives:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -65,8 +70,8 @@ import numpy as np
 from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
 from nncert.drivers.probe import omittable_inputs, probe_operations
 from nncert.hal.errors import HalError, ValidationError
-from nncert.hal.model import Capabilities, Model, OutputShape, Request, Timing, dtype_of
-from nncert.hal.request_io import read_inputs, write_outputs
+from nncert.hal.model import Capabilities, Model, OutputShape, Request, Subgraph, Timing, dtype_of
+from nncert.hal.request_io import check_output_space, read_inputs, write_outputs
 from nncert.hal.transform import (
     CONSTANT,
     ShapeUnknown,
@@ -74,11 +79,13 @@ from nncert.hal.transform import (
     isolate_operation,
     omit_inputs,
     specialize_shapes,
+    specialize_subgraph,
     widen_float16,
 )
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from nncert.hal.types import OperandType as T
 from nncert.hal.validation import validate_model, validate_request
+from nncert.ops.base import MAX_OUTPUT_ELEMENTS
 from nncert.ops.interpreter import loop_timeout_of
 
 
@@ -128,6 +135,9 @@ def installed_version(distribution: str) -> str:
 
 #: Compiled variants kept per prepared model with dynamic shapes.
 SHAPE_CACHE = 8
+#: Model inputs of at most this many elements are read as values by the run-time shape check
+#: (a PAD's paddings, a RESHAPE's shape, a TILE's multiples); a larger one is data, not a shape.
+SHAPE_VALUE_ELEMENTS = 4096
 #: Probe results a driver keeps before it starts afresh.
 PROBE_CACHE = 20000
 
@@ -147,6 +157,8 @@ class CompiledPreparedModel(PreparedModel):
         #: translated bytes).
         self.content: bytes | None = content
         self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
+        #: Whether a shape follows from a model input's value: checked before each run
+        self._value_shaped = value_shaped(self.wide)
         if content is not None:
             self._static = driver.load_form(content, self.wide)
         elif fully_specified(self.wide):
@@ -217,6 +229,8 @@ class CompiledPreparedModel(PreparedModel):
         try:
             feeds = [a if a.dtype == t else a.astype(t)
                      for a, t in zip(inputs, self._in_types, strict=True) if a is not None]
+            if self._value_shaped and not omitted:
+                self._check_shapes(request, feeds)
             with self._lock:
                 exe = self._executable(feeds, omitted)
                 device_start = time.monotonic_ns()
@@ -247,6 +261,41 @@ class CompiledPreparedModel(PreparedModel):
             failure.__traceback__ = None
             raise failure
         return shapes, timing_for(measure, start, device_ns)
+
+    def _check_shapes(self, request: Request, feeds: list[np.ndarray]) -> None:
+        """Before the runtime runs a model whose shapes follow from input values (a PAD whose
+        paddings are a model input): the shapes these values give, by the catalogue's rules,
+        answered as the reference answers them, operation by operation: INVALID_ARGUMENT for
+        values the operation rejects, GENERAL_FAILURE for a result beyond what the reference
+        computes (MAX_OUTPUT_ELEMENTS), INVALID_ARGUMENT for a shape that contradicts the
+        model's; then OUTPUT_INSUFFICIENT_SIZE with the shapes for an output buffer too small
+        for them (EXE-5). The runtime never gets values that ask it for more (ONNX Runtime
+        set out to allocate a PAD output of 1.7e9 rows for a 24-byte buffer)."""
+        sg = self.wide.main
+        shapes = run_time_shapes(self.wide, feeds)
+        if shapes is None:
+            return  # a shape only the run decides (an IF's branch): the runtime's to give
+        for n, op in enumerate(sg.operations):
+            for k, idx in enumerate(op.outputs):
+                got = shapes.get(idx)
+                if got is None:
+                    continue
+                elements = 1
+                for d in got:
+                    elements *= d
+                if elements > MAX_OUTPUT_ELEMENTS:
+                    raise HalError(ErrorStatus.GENERAL_FAILURE,
+                                   f"operation {n} ({op.type.name}): output {k} would have shape "
+                                   f"{list(got)}: {elements:,} elements, more than the "
+                                   f"{MAX_OUTPUT_ELEMENTS:,} {self.driver.name} computes where a shape "
+                                   f"follows from input values")
+                declared = sg.operands[idx].dimensions
+                if declared and (len(declared) != len(got) or any(
+                        d and d != a for d, a in zip(declared, got, strict=True))):
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                                   f"operation {n} ({op.type.name}) output operand {idx} is declared "
+                                   f"{list(declared)} but computes to {list(got)}")
+        check_output_space(self.model, request, [shapes.get(i) for i in sg.output_indexes])
 
     def _write(self, request: Request, outs: list[np.ndarray]) -> list[OutputShape]:
         typed = []
@@ -466,6 +515,56 @@ class CompiledDriver(Driver):
         if not content or not self.translates():
             return self.prepare_model(model)
         return self._prepared(model, widen_float16(model), content)
+
+
+def _outputs_unknown(model: Model) -> Subgraph:
+    """The main subgraph with every operation's output dimensions unknown (0, rank kept), so
+    that specializing it computes them all from the inputs."""
+    sg = model.main
+    operands = list(sg.operands)
+    for op in sg.operations:
+        for i in op.outputs:
+            o = operands[i]
+            if o.type.is_tensor:
+                operands[i] = dataclasses.replace(o, dimensions=tuple(0 for _ in o.dimensions))
+    return dataclasses.replace(sg, operands=operands)
+
+
+def value_shaped(wide: Model) -> bool:
+    """Whether a shape of ``wide`` may follow from a model input's value (an operation whose
+    shape rule reads a non-constant input: a PAD's paddings given by the request), or from
+    input dimensions known only at run time: what ``run_time_shapes`` then works out before
+    each run. False for the ordinary model, whose shapes its inputs' declared ones decide."""
+    sg = wide.main
+    dims = [sg.operands[i].dimensions for i in sg.input_indexes]
+    if not all(sg.operands[i].fully_specified for i in sg.input_indexes if sg.operands[i].type.is_tensor):
+        return True
+    try:
+        specialize_subgraph(wide, _outputs_unknown(wide), dims)
+    except ShapeUnknown:
+        return True
+    except Exception:  # the declared shapes aside, the run's values decide
+        return True
+    return False
+
+
+def run_time_shapes(wide: Model, feeds: Sequence[np.ndarray]) -> dict[int, tuple[int, ...]] | None:
+    """Operand index -> the dimensions that ``feeds`` (the run's inputs, every one given) give
+    each operation output of the main subgraph, by the catalogue's shape rules with the
+    inputs' values (those of at most SHAPE_VALUE_ELEMENTS elements); an output left unknown
+    (an IF's, decided by its branch) is absent. None when a shape depends on a value only the
+    run computes; HalError INVALID_ARGUMENT for values the operation rejects."""
+    sg = wide.main
+    values = {idx: a for idx, a in zip(sg.input_indexes, feeds, strict=True)
+              if a.size <= SHAPE_VALUE_ELEMENTS}
+    try:
+        special = specialize_subgraph(wide, _outputs_unknown(wide), [a.shape for a in feeds], values)
+    except ShapeUnknown:
+        return None
+    except ValueError as e:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, str(e)) from None
+    return {i: tuple(special.operands[i].dimensions) for op in sg.operations for i in op.outputs
+            if special.operands[i].fully_specified}
 
 
 class _Probe(NamedTuple):
