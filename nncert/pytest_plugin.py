@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -18,6 +19,7 @@ from _pytest.runner import runtestprotocol
 from nncert import files
 from nncert.certify import journal, shard
 from nncert.certify.journal import JournalError
+from nncert.certify.runner import die_with_parent
 from nncert.drivers import DriverSpecError, load_driver
 from nncert.drivers.base import Driver, set_hang_timeout
 from nncert.hal.errors import DriverFault, driver_fault_of
@@ -25,7 +27,7 @@ from nncert.repro import standalone
 from nncert.requirements import DOCUMENT, REQUIREMENTS, matches
 from nncert.testing import crash_guard, expectations, triage
 from nncert.testing.harness import Declined
-from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, run_isolated
+from nncert.testing.outcome import TAIL_CHARS, Kind, Outcome, classify_exception, how_it_ended, run_isolated
 from nncert.testing.random_graphs import SHRINK_RUNS
 
 #: Test status categories of the outcomes that are failures of their own kind (MLTS-2).
@@ -555,21 +557,37 @@ def outcome_record(reports: list[pytest.TestReport]) -> dict[str, object]:
 
 class OutcomeRecorder:
     """Records each test's outcome with its requirement IDs: written whole by --nncert-report,
-    and test by test to the certification journal (--nncert-journal)."""
+    and test by test to the certification journal (--nncert-journal).
+
+    Under pytest-xdist every record has one writer: a worker journals the tests it runs (the
+    first worker, gw0, what was collected), the controller journals only the test in which a
+    worker died (xdist names it; no worker can) and alone writes --nncert-report."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tests: dict[str, dict] = {}
         self._phases: dict[str, list[pytest.TestReport]] = {}
+        self._crashed: set[str] = set()  # tests in which an xdist worker died (the controller's)
         self.suite = config.getoption("nncert_suite")
         path = config.getoption("nncert_journal")
         self.journal_path = Path(path) if path else None
         self.journal: journal.Writer | None = None
         self.done: set[str] = set()
+        self.worker = getattr(config, "workerinput", None)  # an xdist worker's, else None
+        if self.worker is not None and self.worker.get("nncert_controller") == os.getppid():
+            die_with_parent()  # a worker outliving a killed run would journal into its --resume
+            if os.getppid() != self.worker["nncert_controller"]:
+                os._exit(1)
         if self.journal_path is not None:
-            journal.cut_torn_tail(self.journal_path)
+            if self.worker is None:  # the controller cut it before its workers started, who append
+                journal.cut_torn_tail(self.journal_path)
             state = journal.replay(journal.read(self.journal_path)).get(self.suite)
             self.done = set(state.outcomes) if state else set()
+            if self.worker is not None and "nncert_done" in self.worker:
+                # What had an outcome when the session began: a worker started later (xdist
+                # replaces one that crashed) must deselect what the others did, or the controller's
+                # test indexes would name other tests in it.
+                self.done = set(self.worker["nncert_done"])
             # Outcomes an earlier process of the same run recorded (the crash guard's restarts)
             # belong in this process's --nncert-report too.
             for nodeid, record in (state.outcomes.items() if state else ()):
@@ -594,18 +612,26 @@ class OutcomeRecorder:
                                      "tests": [_collected_entry(item) for item in items]}
         if sharded is not None:
             record["shard"] = {"index": sharded[0], "count": sharded[1], "of": collected}
-        self.journal.write(record)
+        # Every xdist worker collects the same tests (xdist checks): the first one says so.
+        if self.worker is None or self.worker.get("workerid") == "gw0":
+            self.journal.write(record)
         done = [item for item in items if item.nodeid in self.done]
         if done:
             config.hook.pytest_deselected(items=done)
             items[:] = [item for item in items if item.nodeid not in self.done]
 
+    def _journals(self) -> bool:
+        """Whether this process journals the tests it hears of: not an xdist controller, whose
+        workers journal their own (it hears of them again, forwarded)."""
+        return self.journal is not None and not self.config.pluginmanager.has_plugin("dsession")
+
     def pytest_runtest_logstart(self, nodeid: str, location: tuple) -> None:
-        if self.journal is not None:
+        if self._journals():
             self.journal.write({"event": "start", "suite": self.suite, "id": nodeid, "time": time.time()})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._phases.setdefault(report.nodeid, []).append(report)
+        if report.nodeid not in self._crashed:  # xdist's own report of it follows the crash record
+            self._phases.setdefault(report.nodeid, []).append(report)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple) -> None:
         reports = self._phases.pop(nodeid, [])
@@ -613,8 +639,39 @@ class OutcomeRecorder:
             return
         record = outcome_record(reports)
         self._keep(nodeid, record)
-        if self.journal is not None:
+        if self._journals():
             self.journal.write({"event": "outcome", "suite": self.suite, "id": nodeid, **record}, sync=True)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: object) -> None:
+        """xdist controller: a popen worker is its child, and dies with it (see __init__)."""
+        node.workerinput["nncert_controller"] = os.getpid()
+        if self.journal is not None:
+            node.workerinput["nncert_done"] = sorted(self.done)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: object) -> None:
+        """xdist controller: a worker died in ``crashitem``. Its CRASH (WAIVED when an expectation
+        names it, as under the crash guard) is recorded here, once: no worker can."""
+        earlier = self._phases.pop(crashitem, [])  # the phases it finished before dying
+        self._crashed.add(crashitem)
+        req = next((dict(r.user_properties)["req"] for r in earlier if "req" in dict(r.user_properties)),
+                   None)
+        if req is None and self.journal_path is not None:
+            state = journal.replay(journal.read(self.journal_path)).get(self.suite)
+            req = state.tests.get(crashitem, {}).get("req") if state else None
+        reason = f"the test's worker process died in this test ({_worker_end(report)})"
+        report.user_properties.extend([("req", list(req or [])), ("nncert_outcome", str(Kind.CRASH)),
+                                       ("nncert_reason", reason)])
+        known = expectations.match(self.config.stash.get(_EXPECTATIONS, []), crashitem)
+        if known is not None:  # an expected crash: the worker's strict xfail never got to say so
+            report.outcome, report.wasxfail = "skipped", known.describe()
+            report.user_properties.append(("nncert_expectation", _expectation_record(known)))
+        record = outcome_record([report])
+        self._keep(crashitem, record)
+        if self.journal is not None:
+            self.journal.write({"event": "outcome", "suite": self.suite, "id": crashitem, **record},
+                               sync=True)
 
     def _keep(self, nodeid: str, record: dict) -> None:
         self.tests[nodeid] = {"outcome": _REPORT_WORD[record["status"]], **record,
@@ -624,7 +681,7 @@ class OutcomeRecorder:
         if self.journal is not None:
             self.journal.close()
         path = self.config.getoption("nncert_report")
-        if not path:
+        if not path or self.worker is not None:  # an xdist controller writes every worker's tests
             return
         by_req: dict[str, dict[str, int]] = {rid: {} for rid in REQUIREMENTS}
         for rec in self.tests.values():
@@ -643,6 +700,14 @@ class OutcomeRecorder:
         except OSError as e:  # a planted link is replaced, but the directory may be unwritable
             sys.stderr.write(f"nncert: error: --nncert-report {path}: cannot write it: {e.strerror or e}\n")
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _worker_end(report: pytest.TestReport) -> str:
+    """How the xdist worker behind ``report`` ended ("killed by SIGABRT"), as far as can be told."""
+    try:
+        return how_it_ended(report.node.gateway._io.popen.wait(timeout=5))
+    except Exception:  # not a local process (ssh=, socket=), or it would not say
+        return "its gateway closed"
 
 
 def _collected_entry(item: pytest.Item) -> dict[str, object]:

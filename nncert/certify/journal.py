@@ -12,14 +12,17 @@ Records (``event``):
 - ``run``: an invocation of ``nncert certify`` began (the first, or a ``--resume``), with the
   driver's identity and the environment as they were then.
 
-Every writer opens the file with O_APPEND and writes a record in one ``write``: the suites
-that run at once (``--jobs``) and the runner share it without interleaving. A record cut
-short by a kill is the last line without its newline; the reader drops it (the test it
-described runs again) and the writer cuts it off before appending.
+Every writer opens the file with O_APPEND and writes a record in one ``write``, holding an
+exclusive ``flock`` on the file while it does: the runner, a suite's pytest-xdist controller
+and its workers share the file without interleaving, even where the kernel cuts a write short
+(a signal, a full disk) and the rest follows in a second ``write``. A record cut short by a
+kill is the last line without its newline; the reader drops it (the test it described runs
+again) and the writer cuts it off, under the same lock, before appending.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterable
@@ -110,8 +113,12 @@ class Writer:
     def write(self, record: dict[str, Any], sync: bool = False) -> None:
         line = json.dumps(record, separators=(",", ":"), default=str).encode() + b"\n"
         view = memoryview(line)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
         if sync:
             os.fdatasync(self.fd)
 
@@ -135,6 +142,7 @@ def cut_torn_tail(path: Path) -> None:
     except FileNotFoundError:
         return
     with open(fd, "rb+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # never a record another process is writing
         data = f.read()
         if data and not data.endswith(b"\n"):
             f.truncate(data.rfind(b"\n") + 1)

@@ -1,12 +1,19 @@
 """Running a plan against a driver: each suite a pytest run in a child process, supervised.
 
 The child records every test's start and outcome in the journal (the pytest plugin's
-``--nncert-journal``). The runner watches the journal: a test that runs past the suite's
-``test_timeout`` is a HANG (the child is killed); a child that dies in a test leaves a start
-without an outcome, which the runner records as that test's CRASH. Either way the suite is
-started again, isolated test by test from then on (``--isolate``), and runs what has no
-outcome yet. A suite past its own deadline is stopped; what did not run has no outcome and
-the report says INCOMPLETE. ``--resume`` is the same mechanism over an earlier run's journal.
+``--nncert-journal``). With ``--jobs N`` above 1 a suite runs on N pytest-xdist workers
+(``-n N``; an exclusive suite, whose timings must not share the machine, serially), one suite
+at a time: the workers journal their tests, and the xdist controller records the CRASH of a
+test in which a worker died (xdist replaces the worker and goes on). The runner watches the
+journal: a test that runs past the suite's ``test_timeout`` is a HANG (the child is killed
+with its workers; the other tests in flight have no outcome and run again); a child that dies
+in a test leaves a start without an outcome, which the runner records as that test's CRASH
+(under xdist: when the child itself was killed by a signal in that test; with several in
+flight none is blamed, and the suite goes on serially, where a death names its test; a worker
+that died ends the child, its CRASH journaled). Either way the suite is started again,
+isolated test by test from then on (``--isolate``), and runs what has no outcome yet. A
+suite past its own deadline is stopped; what did not run has no outcome and the report says
+INCOMPLETE. ``--resume`` is the same mechanism over an earlier run's journal.
 """
 
 from __future__ import annotations
@@ -182,7 +189,11 @@ class SuiteRun:
         self.log_path = out / LOGS_DIR / f"{suite.name}.log"
         self.starts = 0
         self.isolate = False
-        self.current: tuple[str, float] | None = None  # the running test and when it started
+        #: pytest-xdist workers (``-n``); 1: the suite's tests run in its pytest process.
+        self.workers = settings.jobs if not suite.exclusive else 1
+        self.running: dict[str, float] = {}  # the tests this child started without an outcome yet
+        self.hung: list[str] = []  # those past the deadline when the runner killed the child
+        self.drained = False  # the journal was read once more after the child ended
         self.killed_for = ""  # why the runner killed the child: "hang" or "deadline"
         self.began = 0.0
         self.done_at_start = len(state.outcomes)
@@ -215,12 +226,16 @@ class SuiteRun:
             args += [f"--nncert-shard={settings.shard}", f"--nncert-partition={partition}"]
         if self.isolate:
             args += ["--isolate", f"--isolate-timeout={suite.test_timeout}"]
+        if self.workers > 1:
+            # A worker that dies ends the child (xdist replacing it would pay a collection a
+            # crash): restarted isolated, as a serial suite is, where a crash costs a fork.
+            args += ["-n", str(self.workers), "--max-worker-restart=0"]
         return [sys.executable, "-m", "pytest", *pytest_arguments(args)]
 
     def start(self) -> None:
         self.starts += 1
         self.killed_for = ""
-        self.current = None
+        self.running, self.hung, self.drained = {}, [], False
         self.outcomes_at_start = len(self.state.outcomes)
         if not self.began:
             self.began = time.monotonic()
@@ -265,11 +280,10 @@ class SuiteRun:
                 self.state.tests.setdefault(test["id"], test)
         elif event == "start":
             self.state.started[record["id"]] = record
-            self.current = (record["id"], time.monotonic())
+            self.running[record["id"]] = time.monotonic()
         elif event == "outcome":
             self.state.outcomes.setdefault(record["id"], record)
-            if self.current and self.current[0] == record["id"]:
-                self.current = None
+            self.running.pop(record["id"], None)
 
     # -- supervision
 
@@ -278,16 +292,23 @@ class SuiteRun:
         if self.proc is None or self.finished:
             return
         if self.proc.poll() is None:
-            if self.current and now - self.current[1] > self.suite.test_timeout + (5 if self.isolate else 0):
+            limit = self.suite.test_timeout + (5 if self.isolate else 0)
+            late = [test_id for test_id, began in self.running.items() if now - began > limit]
+            if late:
+                self.hung = late
                 self.kill("hang")
             elif now - self.began > self.suite.timeout:
                 self.kill("deadline")
+            return
+        if not self.drained:  # what it wrote just before it ended is read first
+            self.drained = True
             return
         self._ended(self.proc.returncode)
 
     def _ended(self, code: int) -> None:
         self.proc = None
-        pending = self.state.pending
+        pending = list(self.running)
+        blamed = False  # several tests in flight when the whole child died: none is blamed
         if self.killed_for == "deadline":
             self._finish(
                 "deadline",
@@ -295,20 +316,26 @@ class SuiteRun:
                 f"{len(self.state.missing)} tests did not run",
             )
             return
-        for test_id in pending:
-            if self.killed_for == "hang":
+        if self.killed_for == "hang":  # the others in flight run again
+            for test_id in self.hung:
                 self._record(
                     test_id,
                     "HANG",
                     f"no outcome within {self.suite.test_timeout:g} s: the suite's process was killed",
                 )
-            else:
+        elif self.workers > 1 and code >= 0:
+            pass  # it ended itself; a worker that died is journaled; the tests cut short run again
+        elif self.workers > 1 and len(pending) > 1:  # killed by a signal, with several in flight
+            self.workers, blamed = 1, True
+        else:
+            for test_id in pending:
                 died = how_it_ended(code)
                 self._record(test_id, "CRASH", f"the suite's process died in this test ({died})")
         missing = self.state.missing
+        progress = len(self.state.outcomes) > self.outcomes_at_start or blamed
         if code in _FINISHED and not pending and not missing and not self.killed_for:
             self._finish("finished", f"pytest exit status {code}")
-        elif missing and len(self.state.outcomes) > self.outcomes_at_start and self.starts < MAX_STARTS:
+        elif missing and progress and self.starts < MAX_STARTS:
             self.isolate = True  # it died once: from here on each test runs in a child of its own
             self.start()
         else:
@@ -420,8 +447,8 @@ def run_suites(
     progress: Progress,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, at most
-    ``settings.jobs`` at a time; an exclusive suite runs alone."""
+    """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, one at a
+    time, each on ``settings.jobs`` pytest-xdist workers (an exclusive suite on none)."""
     files.own_dir(out / LOGS_DIR)
     files.own_dir(out / ARTIFACTS_DIR)
     path = out / JOURNAL_FILE
@@ -435,16 +462,11 @@ def run_suites(
     tail = JournalTail(path)
     with journal.Writer(path) as writer:
         queue = [plan.suite(name) for name in settings.suites if name not in finished_before]
-        queue.sort(key=lambda s: s.exclusive)  # the exclusive ones last, alone
+        queue.sort(key=lambda s: s.exclusive)  # the exclusive ones last
         active: list[SuiteRun] = []
         try:
             while queue or active:
-                while (
-                    queue
-                    and len(active) < settings.jobs
-                    and not any(r.suite.exclusive for r in active)
-                    and not (queue[0].exclusive and active)
-                ):
+                while queue and not active:
                     suite = queue.pop(0)
                     run = SuiteRun(suite, settings, out, states.get(suite.name, journal.SuiteState()), writer)
                     run.start()
