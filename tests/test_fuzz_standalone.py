@@ -103,6 +103,27 @@ def test_a_wrong_result_of_the_execute_target_keeps_the_requests_values(tmp_path
     capsys.readouterr()
 
 
+def test_each_target_decodes_into_a_model_and_the_values_to_feed_it(tmp_path):
+    from nncert.drivers.probe import sample_feeds
+    from nncert.repro.fuzzed import decoded, load_finding
+
+    add = case_index("ADD-float32-none-s0/base")
+    seed = dec.seed_case(add)
+    for target in ("prepare_model", "execute", "prepare_from_cache"):
+        where = write_finding(tmp_path / target, target, dec.encode_case(add), "CRASH|x|SIGSEGV", "CRASH",
+                              "SIGSEGV")
+        model, feeds, how = decoded(load_finding(where / "minimized"))
+        assert [op.type for op in model.main.operations] == [O.ADD], target
+        given = seed.feeds if target == "execute" else sample_feeds(seed.model)
+        assert all(np.array_equal(a, b) for a, b in zip(feeds, given, strict=True)), target
+        assert ("request's input values" if target == "execute" else "sample values") in how
+    # a request whose input pool the mutations removed gives no values: sample values then
+    no_pool = dec.encode_case(add)[:4] + bytes([1, 5, 0, 0, 0])  # mutation 5 (_pool): remove pool 0
+    where = write_finding(tmp_path / "no-pool", "execute", no_pool, "CRASH|x|SIGSEGV", "CRASH", "SIGSEGV")
+    model, feeds, how = decoded(load_finding(where))
+    assert "removed pool 0" in how and "sample values" in how
+
+
 def test_fewest_operations_feeds_the_isolated_operation_the_references_values():
     b = ModelBuilder()
     x = b.operand(T.TENSOR_FLOAT32, (2,))
@@ -128,6 +149,7 @@ def test_fewest_operations_feeds_the_isolated_operation_the_references_values():
     ("prepare_model", "wrong-acceptance|ADD|NONE", "FINDING",
      "is a wrong-acceptance of nncert's driver layer, not a crash, hang or wrong result of the runtime"),
     ("execute", "EXCEPTION|compiled.py:run|MemoryError", "EXCEPTION", "replay it with: nncert fuzz replay"),
+    ("execute", "UNREPRODUCED|crash|", "UNREPRODUCED", "its campaign's replay ran cleanly"),
 ])
 def test_findings_no_runtime_model_file_shows_are_one_line_and_exit_2(tmp_path, capsys, target, key, kind,
                                                                        message):

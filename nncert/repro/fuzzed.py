@@ -157,6 +157,9 @@ def symptom_of(finding: FuzzFinding) -> Symptom:
                               f"standalone reproducer is written for {', '.join(TARGETS)})")
     kind, key = spec["kind"], spec["key"]
     signal = spec.get("signal")
+    if kind == "UNREPRODUCED":
+        raise StandaloneError(f"{finding.label}: its campaign's replay ran cleanly (UNREPRODUCED: flaky or "
+                              f"state-dependent), so there is no symptom to reproduce")
     if kind == "CRASH":
         if not (isinstance(signal, str) and signal.startswith("SIG")):
             raise StandaloneError(f"{finding.label}: the process ended with {signal or 'no signal'}, not a "
