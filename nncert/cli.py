@@ -744,6 +744,8 @@ def _cmd_fuzz_merge(args: argparse.Namespace) -> int:
         label = f"KNOWN (an expected failure of {known['test']}, {known['source']})" if known else "FINDING"
         by = ", ".join(f"{s['dir']} #{s['number']} x{s['count']}" for s in f["sources"])
         print(f"{label} {key} (x{f['count']}; found by {by}): {f['message']}\n  replay: {f['command']}")
+        if f.get("standalone_command"):
+            print(f"  standalone reproducer: {f['standalone_command']}")
     print(f"journal: {out / 'findings.jsonl'}; summary: {out / 'summary.json'}")
     return 1 if new else 0
 

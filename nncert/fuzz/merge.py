@@ -47,6 +47,7 @@ from nncert.fuzz.campaign import (
     replay_command,
     resolve_target,
     script_command,
+    standalone_command,
 )
 
 SUMMARY_FILE = "summary.json"
@@ -55,8 +56,8 @@ CORPUS_DIR = "corpus"
 #: The most seconds the corpus merge may run (``--deadline``).
 MERGE_DEADLINE_S = 600.0
 #: The fields of a campaign's finding record the merged record sets anew.
-_OWN_FIELDS = ("event", "number", "key", "count", "minimized", "minimized_size", "command", "dir", "size",
-               "input_base64")
+_OWN_FIELDS = ("event", "number", "key", "count", "minimized", "minimized_size", "command",
+               "standalone_command", "dir", "size", "input_base64")
 
 
 @dataclass
@@ -250,14 +251,20 @@ def merge(dirs: Sequence[Path], out: Path, timeout: int | None = None, deadline:
                       "count": count, "sources": sources_list, "size": len(original),
                       "input_base64": base64.b64encode(original).decode()}
             spec = _spec(where, record, minimal, original, command)
+            standalone = standalone_command(place, spec)  # naming this directory, not a source's
+            spec.pop("standalone_command", None)
+            if standalone:
+                spec["standalone_command"] = standalone
             files.write_atomic(place / "spec.json", json.dumps(spec, indent=1) + "\n")
-            files.write_atomic(place / "command.txt", command + "\n")
+            lines = command + "\n" + (standalone + "\n" if standalone else "")
+            files.write_atomic(place / "command.txt", lines)
             log.write(json.dumps(record) + "\n")
             log.write(json.dumps({"event": "minimized", "key": key, "file": str(place / "minimized"),
                                   "size": len(minimal), "original_size": len(original),
-                                  "command": command}) + "\n")
+                                  "command": command, "standalone_command": standalone}) + "\n")
             by_key[key] = {"count": count, "number": number, "earlier": False, "kind": record.get("kind"),
                            "message": record.get("message"), "command": command, "dir": str(place),
+                           "standalone_command": standalone,
                            "known": record.get("known"), "sources": sources_list}
         log.flush()
         os.fsync(log.fileno())
