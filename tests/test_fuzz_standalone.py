@@ -79,6 +79,7 @@ def test_a_litert_abort_found_by_fuzzing_is_minimised_and_aborts_without_nncert(
     readme = (out / "README.md").read_text()
     assert "scale=1 zero_point=118" in readme and "operand 0 scale=1.0" in readme
     assert "inputs shrunk from 4x3, 1x4x3 to 1x1, 1x1x1" in readme
+    assert "The finding's symptom, which run.py must show to reproduce it: a crash (SIGABRT)" in readme
     got = run_blocked(out)
     assert got.returncode == -signal.SIGABRT, got.stdout + got.stderr
 
@@ -122,6 +123,17 @@ def test_each_target_decodes_into_a_model_and_the_values_to_feed_it(tmp_path):
     where = write_finding(tmp_path / "no-pool", "execute", no_pool, "CRASH|x|SIGSEGV", "CRASH", "SIGSEGV")
     model, feeds, how = decoded(load_finding(where))
     assert "removed pool 0" in how and "sample values" in how
+
+
+def test_a_symptom_is_shown_only_by_the_same_ending():
+    crashed = {"outcome": "crashed", "signal": "SIGSEGV", "returncode": -11}
+    hung = {"outcome": "error", "returncode": None, "ended": "still running after 60 s: killed"}
+    raised = {"outcome": "error", "returncode": 3}
+    assert Symptom("crash", "SIGSEGV").shown_by(crashed) and not Symptom("crash", "SIGABRT").shown_by(crashed)
+    assert Symptom("crash").shown_by(crashed) and not Symptom("crash").shown_by(raised)
+    assert Symptom("hang").shown_by(hung) and not Symptom("hang").shown_by(raised)
+    assert Symptom("wrong-result").shown_by({"outcome": "reproduced"})
+    assert not Symptom("wrong-result").shown_by(crashed)
 
 
 def test_fewest_operations_feeds_the_isolated_operation_the_references_values():

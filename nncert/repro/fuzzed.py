@@ -278,6 +278,7 @@ def write_of_finding(path: str | os.PathLike, driver: CompiledDriver, out_dir: s
         elif symptom.kind == "hang":
             steps.append("not minimised: a hang costs the deadline per try")
     note = (f"From {finding.label}: {finding.spec.get('message', '')}".strip() + "\n\n" +
+            f"The finding's symptom, which run.py must show to reproduce it: {symptom}.\n\n" +
             "Decoded input:\n\n```\n" + how + "\n```\n\n" +
             (f"Minimised by nncert ({'; '.join(steps)})." if steps else "Not made smaller: no smaller "
              "model showed the same symptom.") +
