@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from test_compiled import FaultyCompiled, NumpyCompiled, _unary_model
 
 from nncert.drivers.probe import ProbeChild
+from nncert.hal.errors import HalError
 from nncert.hal.types import OperationType
 
 RELU, TANH, LOGISTIC = OperationType.RELU, OperationType.TANH, OperationType.LOGISTIC
@@ -89,3 +91,24 @@ def test_each_probe_of_a_request_has_its_own_deadline():
     reasons = hanging.decline_reasons(_unary_model(RELU, LOGISTIC, TANH))
     assert reasons[:2] == [None, None] and time.monotonic() - start < 20
     assert "no answer within 1 s when it runs TANH" in reasons[2]
+
+
+def test_preparing_a_model_reuses_the_plans_of_its_supported_operations(monkeypatch):
+    from nncert.drivers.compiled import CompiledDriver
+
+    planned = []
+    real = CompiledDriver._probe_plan
+    monkeypatch.setattr(CompiledDriver, "_probe_plan", lambda self, wide, n: planned.append(n)
+                        or real(self, wide, n))
+    driver = NumpyCompiled(reject_at_compile={TANH})
+    model = _unary_model(RELU, LOGISTIC)
+    assert driver.supported_operations(model) == [True, True] and planned == [0, 1]
+    driver.prepare_model(model)
+    assert planned == [0, 1]  # the same content: planned once
+    # Changed in place afterwards: planned (and probed) again, and refused.
+    model.main.operations[1].type = TANH
+    with pytest.raises(HalError) as e:
+        driver.prepare_model(model)
+    assert "operation 1 (TANH) is not supported" in e.value.message
+    assert "kernel rejects TANH" in e.value.message
+    assert planned == [0, 1, 0, 1]

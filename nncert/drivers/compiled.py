@@ -140,6 +140,8 @@ SHAPE_CACHE = 8
 SHAPE_VALUE_ELEMENTS = 4096
 #: Probe results a driver keeps before it starts afresh.
 PROBE_CACHE = 20000
+#: Models whose per-operation plans (``CompiledDriver._plans``) a driver remembers.
+PLANNED_MODELS = 8
 
 
 class CompiledPreparedModel(PreparedModel):
@@ -322,6 +324,7 @@ class CompiledDriver(Driver):
     def __init__(self, state_dir: str | None = None) -> None:
         super().__init__(state_dir=state_dir)
         self._probes: dict[bytes, str | None] = {}
+        self._planned: OrderedDict[bytes, list[str | _Probe | None]] = OrderedDict()
         self._probe_lock = threading.Lock()
         self._probe_child = None  # nncert.drivers.probe.ProbeChild, started by the first probe
 
@@ -421,9 +424,26 @@ class CompiledDriver(Driver):
 
     def decline_reasons(self, model: Model) -> list[str | None]:
         validate_model(model, self.feature_level)
-        wide = widen_float16(model.copy())  # the copy's enum types, not a decoded model's raw ints
-        return self._probed([_widening_problem(model, n) or self._probe_plan(wide, n)
-                             for n in range(len(wide.main.operations))])
+        copy = model.copy()  # the copy's enum types, not a decoded model's raw ints
+        return self._probed(self._plans(copy, widen_float16(copy)))
+
+    def _plans(self, model: Model, wide: Model) -> list[str | _Probe | None]:
+        """``_widening_problem`` or ``_probe_plan`` of each operation of ``model`` (``wide``
+        its widened form), remembered for the last few models by their content: preparing
+        a model plans what ``supported_operations`` of the same model has just planned."""
+        key = _model_digest(model)
+        with self._probe_lock:
+            plans = self._planned.get(key)
+            if plans is not None:
+                self._planned.move_to_end(key)
+                return plans
+        plans = [_widening_problem(model, n) or self._probe_plan(wide, n)
+                 for n in range(len(wide.main.operations))]
+        with self._probe_lock:
+            self._planned[key] = plans
+            while len(self._planned) > PLANNED_MODELS:
+                self._planned.popitem(last=False)
+        return plans
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
         """Why the driver declines operation ``index`` of a widened model, or None."""
@@ -485,8 +505,8 @@ class CompiledDriver(Driver):
         check_preparation(model, preference, priority, deadline, self.feature_level)
         model = model.copy()  # the caller may change its model afterwards
         wide = widen_float16(model)
-        for n, op in enumerate(wide.main.operations):
-            reason = _widening_problem(model, n) or self.why_unsupported(wide, n)
+        for (n, op), reason in zip(enumerate(wide.main.operations), self._probed(self._plans(model, wide)),
+                                   strict=True):
             if reason:
                 raise HalError(ErrorStatus.GENERAL_FAILURE,
                                f"operation {n} ({op.type.name}) is not supported: {reason}")
@@ -590,6 +610,19 @@ def _widening_problem(model: Model, index: int) -> str | None:
         return (f"{op.type.name} reads its inputs' stored bytes; this driver computes float16 in "
                 f"float32, whose bytes differ")
     return None
+
+
+def _model_digest(model: Model) -> bytes:
+    """A digest of everything in ``model`` (a copy: enum types) that decides what the driver
+    makes of it: every subgraph's operands, operations, inputs and outputs, the constants'
+    bytes (those in a pool as they are now) and the float16 relaxation."""
+    described = (model.main, model.referenced, model.relax_computation_float32_to_float16)
+    h = hashlib.blake2b(repr(described).encode(), digest_size=20)
+    for sg in (model.main, *model.referenced):
+        for o in sg.operands:
+            if o.lifetime in CONSTANT:
+                h.update(model.constant_bytes(o) or b"")
+    return h.digest()
 
 
 def _probe_key(single: Model) -> bytes:
