@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -137,7 +138,7 @@ def installed_version(distribution: str) -> str:
 SHAPE_CACHE = 8
 #: Model inputs of at most this many elements are read as values by the run-time shape check
 #: (a PAD's paddings, a RESHAPE's shape, a TILE's multiples); a larger one is data, not a shape.
-SHAPE_VALUE_ELEMENTS = 4096
+SHAPE_VALUE_ELEMENTS = 64
 #: Probe results a driver keeps before it starts afresh.
 PROBE_CACHE = 20000
 #: Models whose per-operation plans (``CompiledDriver._plans``) a driver remembers.
@@ -559,6 +560,14 @@ def value_shaped(wide: Model) -> bool:
     dims = [sg.operands[i].dimensions for i in sg.input_indexes]
     if not all(sg.operands[i].fully_specified for i in sg.input_indexes if sg.operands[i].type.is_tensor):
         return True
+    # What a shape rule reads the value of is a scalar or a small integer or boolean tensor
+    # (paddings, a shape, multiples, axes, a RANGE's bounds): a model with no such non-constant
+    # operand is decided without the walk (a float random graph of 35 operations: 3 ms).
+    if not any(o.type.is_scalar or (o.type in (T.TENSOR_INT32, T.TENSOR_BOOL8)
+                                    and math.prod(o.dimensions) <= SHAPE_VALUE_ELEMENTS)
+               for op in sg.operations for o in (sg.operands[i] for i in op.inputs)
+               if o.lifetime not in CONSTANT):
+        return False
     try:
         specialize_subgraph(wide, _outputs_unknown(wide), dims)
     except ShapeUnknown:
