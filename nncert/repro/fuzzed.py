@@ -240,7 +240,7 @@ def write_of_finding(path: str | os.PathLike, driver: CompiledDriver, out_dir: s
     parent = files.own_dir(out.absolute().parent)
     steps: list[str] = []
     with tempfile.TemporaryDirectory(prefix=".nncert-standalone-", dir=parent) as staging:
-        runs = {"n": 0, "last": None}
+        runs = {"n": 0}
 
         def shows(m: Model, f: list[np.ndarray]) -> bool:
             """Whether run.py of (m, f) shows the symptom (False when nothing can be written)."""
@@ -250,9 +250,7 @@ def write_of_finding(path: str | os.PathLike, driver: CompiledDriver, out_dir: s
                 standalone.write_standalone(driver, m, f, where, run=False)
             except StandaloneError:
                 return False
-            case = standalone.measure(where, deadline)
-            runs["last"] = case
-            return symptom.shown_by(case)
+            return symptom.shown_by(standalone.measure(where, deadline))
 
         progress(f"{finding.label}: checking that run.py shows {symptom}")
         try:
@@ -265,7 +263,7 @@ def write_of_finding(path: str | os.PathLike, driver: CompiledDriver, out_dir: s
                                   f"{_outcome(first)}")
         if minimise and symptom.kind != "hang":
             started = time.monotonic()
-            model, feeds, op_step = fewest_operations(model, feeds, shows, symptom)
+            model, feeds, op_step = fewest_operations(model, feeds, shows)
             steps += op_step
             from nncert.repro.minimise import minimise as shrink
 
@@ -293,8 +291,8 @@ def write_of_finding(path: str | os.PathLike, driver: CompiledDriver, out_dir: s
     return path_out
 
 
-def fewest_operations(model: Model, feeds: list[np.ndarray], shows: Callable[[Model, list[np.ndarray]], bool],
-                      symptom: Symptom) -> tuple[Model, list[np.ndarray], list[str]]:
+def fewest_operations(model: Model, feeds: list[np.ndarray], shows: Callable[[Model, list[np.ndarray]], bool]
+                      ) -> tuple[Model, list[np.ndarray], list[str]]:
     """Each operation alone (``isolate_operation``), fed the values the reference computes
     for its inputs (the probe's sample values where the reference cannot run the model): the
     first that still ``shows`` the symptom, or the model as it is."""
