@@ -112,3 +112,14 @@ def test_preparing_a_model_reuses_the_plans_of_its_supported_operations(monkeypa
     assert "operation 1 (TANH) is not supported" in e.value.message
     assert "kernel rejects TANH" in e.value.message
     assert planned == [0, 1, 0, 1]
+
+
+def test_a_full_probe_cache_starts_afresh_without_losing_a_models_verdicts(monkeypatch):
+    from nncert.drivers import compiled
+
+    monkeypatch.setattr(compiled, "PROBE_CACHE", 2)
+    driver = NumpyCompiled(reject_at_compile={TANH})
+    assert driver.supported_operations(_unary_model(RELU)) == [True]
+    # RELU from the cache, TANH and LOGISTIC probed: three verdicts, more than the cache keeps
+    assert driver.supported_operations(_unary_model(RELU, TANH, LOGISTIC)) == [True, False, True]
+    assert len(driver._probes) == 2

@@ -492,11 +492,12 @@ class CompiledDriver(Driver):
                     todo.setdefault(p.key, p)
             found = dict(zip(todo, probe_operations(self, [(p.single, p.omittable) for p in todo.values()]),
                              strict=True)) if todo else {}
+            verdicts = [(found[p.key] if p.key in found else self._probes[p.key]) if isinstance(p, _Probe)
+                        else p for p in plans]
             if len(self._probes) + len(found) > PROBE_CACHE:  # a fuzz campaign's endless variety
                 self._probes.clear()
             self._probes.update(found)
-            return [(found[p.key] if p.key in found else self._probes[p.key]) if isinstance(p, _Probe) else p
-                    for p in plans]
+            return verdicts
 
     def prepare_model(self, model: Model,
                       preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
