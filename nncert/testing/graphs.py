@@ -474,32 +474,52 @@ class _Builder:
         self.kind = KINDS[cell.kind]
         self.graph = Graph(cell)
         self.consumers: list[int] = []
+        self._pools: dict[OperandType, list[int]] = {}
+        self._domain_ok: dict[tuple[int, str | None], bool] = {}
         self.sensitive = False
         self.primary: OperandType = T.TENSOR_FLOAT32
 
-    # Tensors an operation could consume, most recent first (unconsumed results first).
+    # Tensors an operation could consume, most recent first (unconsumed results first); kept
+    # until the graph changes (a node added, a node consumed), as is whether a node's value
+    # may feed an argument of a domain (nodes never change).
     def _pool(self, type_: OperandType) -> list[int]:
-        nodes = self.graph.nodes
-        ids = [i for i, n in enumerate(nodes) if n.role == "internal" and n.operand.type is type_]
-        ids.sort(key=lambda i: (self.consumers[i] > 0, -i))
+        ids = self._pools.get(type_)
+        if ids is None:
+            nodes = self.graph.nodes
+            ids = [i for i, n in enumerate(nodes) if n.role == "internal" and n.operand.type is type_]
+            ids.sort(key=lambda i: (self.consumers[i] > 0, -i))
+            self._pools[type_] = ids
         return ids
+
+    def _in_domain(self, domain: str | None, i: int) -> bool:
+        key = (i, domain)
+        ok = self._domain_ok.get(key)
+        if ok is None:
+            n = self.graph.nodes[i]
+            ok = self._domain_ok[key] = _in_domain(domain, n.operand, n.value)
+        return ok
 
     def steer(self, s: SampleContext, rank: int | None, lo: int, hi: int) -> tuple[int, ...] | None:
         if not self.draw.bool(0.8):
             return None
-        fits = [i for i in self._pool(self.primary)
-                if (rank is None or self.graph.nodes[i].operand.rank == rank)
-                and self.graph.nodes[i].operand.rank in range(s.ranks[0], s.ranks[1] + 1)
-                and all(lo <= d <= hi for d in self.graph.nodes[i].operand.dimensions)
-                and math.prod(self.graph.nodes[i].operand.dimensions) <= s.max_elements]
+        nodes = self.graph.nodes
+        fits: list[int] = []  # the first 4 are all the draw below looks at
+        for i in self._pool(self.primary):
+            o = nodes[i].operand
+            dims = o.dimensions
+            if (rank is None or len(dims) == rank) and s.ranks[0] <= len(dims) <= s.ranks[1] \
+                    and all(lo <= d <= hi for d in dims) and math.prod(dims) <= s.max_elements:
+                fits.append(i)
+                if len(fits) == 4:
+                    break
         if not fits:
             return None
-        return self.graph.nodes[fits[self.draw.int(0, min(len(fits), 4) - 1)]].operand.dimensions
+        return nodes[fits[self.draw.int(0, len(fits) - 1)]].operand.dimensions
 
     def connect(self, a: Arg, operand: Operand, item: SampledInput) -> tuple[Operand, np.ndarray, int] | None:
         if item.scale is not None or item.zero_point is not None or item.channel_dim is not None:
             return None
-        fits = []
+        fits: list[int] = []  # the first 3 are all the draw below looks at
         for i in self._pool(operand.type):
             n = self.graph.nodes[i]
             o = n.operand
@@ -510,12 +530,14 @@ class _Builder:
                 continue
             if self.sensitive and (o.type.is_float or o.type.is_quant) and not n.exact:
                 continue
-            if not _in_domain(a.domain, o, n.value):
+            if not self._in_domain(a.domain, i):
                 continue
             fits.append(i)
+            if len(fits) == 3:
+                break
         if not fits or not self.draw.bool(0.9):
             return None
-        i = fits[self.draw.int(0, min(len(fits), 3) - 1)]
+        i = fits[self.draw.int(0, len(fits) - 1)]
         return self.graph.nodes[i].operand, self.graph.nodes[i].value, i
 
     def add(self, draw: Draw) -> bool:
@@ -557,6 +579,7 @@ class _Builder:
             elif ci.source is not None:
                 ids.append(ci.source)
                 self.consumers[ci.source] += 1
+                self._pools.clear()
                 inputs_exact &= g.nodes[ci.source].exact
             else:
                 const = ci.operand.type.is_scalar or ci.const or draw.bool(0.5)
@@ -616,6 +639,7 @@ class _Builder:
     def _node(self, node: Node) -> int:
         self.graph.nodes.append(node)
         self.consumers.append(0)
+        self._pools.clear()
         return len(self.graph.nodes) - 1
 
 
