@@ -427,11 +427,17 @@ def _cmd_repro(args: argparse.Namespace) -> int:
 
     if args.standalone is not None:
         return _repro_standalone(args)
-    from nncert.repro.fuzzed import is_finding
+    from nncert.repro.fuzzed import is_finding, load_finding
+    from nncert.repro.standalone import StandaloneError
 
     if is_finding(args.file):
-        raise UsageError(f"{args.file} is a fuzz finding: replay it with `nncert fuzz replay TARGET "
-                         f"FILE --driver X`, or write its standalone reproducer with --standalone DIR")
+        try:
+            finding = load_finding(args.file)
+        except StandaloneError as e:
+            raise UsageError(str(e)) from None
+        replay = finding.spec.get("command") or "nncert fuzz replay TARGET FILE --driver X"
+        raise UsageError(f"{args.file} is a fuzz finding: replay it with `{replay}`, or write its standalone "
+                         f"reproducer with --standalone DIR")
     args.driver = args.driver or "reference"
     if "::" in args.file:
         raise UsageError(f"{args.file} is a test id: rerun it with `nncert test ID --driver X`, or write "

@@ -189,5 +189,7 @@ def test_what_is_no_finding_is_one_line_and_exit_2(tmp_path, capsys):
         assert err.count("\n") == 1 and message in err, (argv, err)
     assert standalone_command(reference, json.loads((reference / "spec.json").read_text())) is None
     assert main(["repro", str(reference)]) == 2  # no --standalone: the way to replay it
-    assert "is a fuzz finding: replay it with `nncert fuzz replay" in capsys.readouterr().err
+    assert "is a fuzz finding: replay it with `nncert fuzz replay prepare_model" in capsys.readouterr().err
+    assert main(["repro", str(tmp_path / "empty")]) == 2
+    assert "not a fuzz finding (no spec.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
