@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 from nncert.cli import main
+from nncert.drivers.compiled import CompiledDriver, StandaloneRunner
 from nncert.fuzz import decode as dec
 from nncert.fuzz.campaign import finding_dir_name, standalone_command
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as O
 from nncert.repro import standalone
-from nncert.repro.fuzzed import Symptom, fewest_operations
+from nncert.repro.fuzzed import Symptom, fewest_operations, write_of_finding
 
 TIMEOUT_S = 240
 
@@ -102,6 +103,36 @@ def test_a_wrong_result_of_the_execute_target_keeps_the_requests_values(tmp_path
     got = run_blocked(tmp_path / "out")
     assert got.returncode == 1 and "REPRODUCED: output0: 1 of 1 elements outside" in got.stdout
     capsys.readouterr()
+
+
+class SleepyCompiled(CompiledDriver):
+    """A compiled driver whose standalone run.py never ends, as a runtime that hangs."""
+
+    name = "sleepy"
+    runtime = "numpy 0"
+
+    def operation_problem(self, model, index):
+        return None
+
+    def translate(self, model):
+        return b"a model"
+
+    def standalone_runner(self, wide, content):
+        return StandaloneRunner({"model.bin": content}, "def run(inputs):\n    import time\n"
+                                "    time.sleep(3600)\n", ["numpy"])
+
+
+def test_a_hang_is_written_as_a_script_that_runs_past_the_deadline(tmp_path):
+    where = write_finding(tmp_path, "prepare_model", dec.encode_case(case_index("ADD-float32-none-s0/base")),
+                          "HANG|interpreter.py:invoke|", "HANG", driver="sleepy")
+    path = write_of_finding(where, SleepyCompiled(), tmp_path / "out", hang_s=2.0)
+    case = standalone.load_case(path)
+    assert case["outcome"] == "error" and case["returncode"] is None
+    assert case["ended"] == "still running after 2 s: killed"
+    assert case["finding"] == {"target": "prepare_model", "key": "HANG|interpreter.py:invoke|",
+                               "kind": "HANG", "symptom": "hang", "signal": None, "shown": True}
+    readme = (path / "README.md").read_text()
+    assert "must show to reproduce it: a hang" in readme and "not minimised: a hang costs" in readme
 
 
 def test_each_target_decodes_into_a_model_and_the_values_to_feed_it(tmp_path):
