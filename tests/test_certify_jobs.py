@@ -1,0 +1,150 @@
+"""`nncert certify --jobs N` runs each suite on N pytest-xdist workers (an exclusive suite
+serially) and certifies exactly as `--jobs 1` does: the same outcome test by test, the same
+verdicts, a report that verifies, one journal record of each start and outcome (the workers
+write them; the controller only the CRASH of a test whose worker died), a crash recorded once.
+A run killed mid-suite and resumed runs only what has no outcome."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from nncert.certify import journal
+
+#: A suite where the crash mutant kills the process in 4 of 22 tests (the others pass; not the
+#: short deadlines, which expire before the crash or not, as the machine's load has it), and an
+#: exclusive one it passes; both quick to collect in every worker.
+PLAN = """
+name = "jobs"
+description = "a suite with crashes, and an exclusive one, for the --jobs tests"
+test_timeout = 120
+
+[[suite]]
+name = "qos"
+paths = ["conformance/test_qos.py"]
+args = ["-k", "not short"]
+
+[[suite]]
+name = "caching"
+paths = ["conformance/test_caching.py"]
+args = ["-k", "float and model_cache_with_bytes_appended"]
+exclusive = true
+"""
+DRIVER = "mutant:crash,op=ADD"
+
+
+def nncert(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nncert.cli", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def certify(out: Path, plan: Path, jobs: int) -> subprocess.CompletedProcess:
+    return nncert("certify", "--driver", DRIVER, "--plan", str(plan), "--out", str(out), "--jobs", str(jobs))
+
+
+def statuses(out: Path) -> dict[tuple[str, str], str | None]:
+    tests = json.loads((out / "report.json").read_text())["tests"]
+    return {(t["suite"], t["id"]): t["status"] for t in tests}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[int, tuple[subprocess.CompletedProcess, Path]]:
+    base = tmp_path_factory.mktemp("jobs")
+    (base / "jobs.toml").write_text(PLAN)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {j: pool.submit(certify, base / f"jobs{j}", base / "jobs.toml", j) for j in (1, 2)}
+    return {jobs: (future.result(), base / f"jobs{jobs}") for jobs, future in futures.items()}
+
+
+def test_jobs_2_certifies_as_jobs_1_does_test_by_test(runs):
+    (serial, serial_out), (spread, spread_out) = runs[1], runs[2]
+    assert serial.returncode == spread.returncode == 1, serial.stderr + spread.stderr
+    one, two = statuses(serial_out), statuses(spread_out)
+    assert len(one) == 22 + 1 and Counter(one.values()) == {"PASS": 19, "CRASH": 4}
+    assert one == two
+    reports = [json.loads((out / "report.json").read_text()) for out in (serial_out, spread_out)]
+    assert reports[0]["verdict"] == reports[1]["verdict"]
+    assert {k: r["verdict"] for k, r in reports[0]["requirements"].items()} == \
+           {k: r["verdict"] for k, r in reports[1]["requirements"].items()}
+    # Without collecting the plan again (tests/test_certify.py checks that): the journal against
+    # the report, one outcome a test, the verdicts, the manifest.
+    check = nncert("certify", "verify", str(spread_out), "--no-recollect")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_suites_run_on_workers_and_an_exclusive_one_serially(runs):
+    _, out = runs[2]
+    commands = {r["suite"]: r["command"] for r in journal.read(out / "journal.jsonl")
+                if r["event"] == "suite" and r["state"] == "started"}
+    assert " -n 2 " in commands["qos"] and " -n " not in commands["caching"]
+    assert json.loads((out / "report.json").read_text())["run"]["jobs"] == 2
+
+
+def test_every_start_and_outcome_is_journaled_once(runs):
+    _, out = runs[2]
+    records = journal.read(out / "journal.jsonl")
+    outcomes = Counter(r["id"] for r in records if r["event"] == "outcome")
+    assert len(outcomes) == 23 and set(outcomes.values()) == {1}
+    # One collected record each time a suite's pytest started (the first worker's), never one a worker.
+    started = Counter(r["suite"] for r in records if r["event"] == "suite" and r["state"] == "started")
+    assert Counter(r["suite"] for r in records if r["event"] == "collected") == started
+    # A test runs again only after the suite's pytest was restarted (here: the tests cut short
+    # when a worker died ended that child): never two starts in one child.
+    children: dict[str, int] = Counter()  # each suite's pytest processes so far
+    starts = Counter()
+    for r in records:
+        if r["event"] == "suite" and r["state"] == "started":
+            children[r["suite"]] += 1
+        elif r["event"] == "start":
+            starts[r["suite"], children[r["suite"]], r["id"]] += 1
+    assert len(starts) >= 23 and set(starts.values()) == {1}
+
+
+def test_a_crash_on_a_worker_is_recorded_once_as_crash(runs):
+    _, out = runs[2]
+    records = journal.read(out / "journal.jsonl")
+    crashed = [r for r in records if r["event"] == "outcome" and r["status"] == "CRASH"]
+    assert len(crashed) == 4 == len({r["id"] for r in crashed})
+    assert all("SIGABRT" in r["message"] for r in crashed), [r["message"] for r in crashed]
+    # The first crash ended the suite's pytest (--max-worker-restart=0): the rest ran isolated.
+    qos = json.loads((out / "report.json").read_text())["suites"][0]
+    assert qos["name"] == "qos" and qos["state"] == "finished" and qos["starts"] >= 2
+
+
+@pytest.mark.slow
+def test_a_run_on_workers_killed_then_resumed_runs_only_what_has_no_outcome(runs, tmp_path):
+    _, reference = runs[1]
+    out, plan = tmp_path / "killed", reference.parent / "jobs.toml"
+    proc = subprocess.Popen([sys.executable, "-m", "nncert.cli", "certify", "--driver", DRIVER, "--plan",
+                             str(plan), "--out", str(out), "--jobs", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        records = journal.read(out / "journal.jsonl") if (out / "journal.jsonl").exists() else []
+        if sum(r["event"] == "outcome" for r in records) >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1)
+    size = (out / "journal.jsonl").stat().st_size
+    time.sleep(3)  # the suite's pytest and its workers died with the runner: nothing journals now
+    assert (out / "journal.jsonl").stat().st_size == size
+    before = {r["id"] for r in journal.read(out / "journal.jsonl") if r["event"] == "outcome"}
+    resumed = nncert("certify", "--resume", str(out))
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert statuses(out) == statuses(reference)
+    records = journal.read(out / "journal.jsonl")
+    assert not any(s.duplicates for s in journal.replay(records).values())
+    invocations = [i for i, r in enumerate(records) if r["event"] == "run"]
+    again = {r["id"] for r in records[invocations[-1]:] if r["event"] == "start"}
+    assert before and not again & before, "the resumed run ran tests that had an outcome"
