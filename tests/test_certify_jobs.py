@@ -148,3 +148,28 @@ def test_a_run_on_workers_killed_then_resumed_runs_only_what_has_no_outcome(runs
     invocations = [i for i, r in enumerate(records) if r["event"] == "run"]
     again = {r["id"] for r in records[invocations[-1]:] if r["event"] == "start"}
     assert before and not again & before, "the resumed run ran tests that had an outcome"
+
+
+@pytest.mark.slow
+def test_tests_hanging_on_workers_are_each_a_hang_and_the_others_run_again(tmp_path):
+    """Both workers stuck at once: each past the deadline is a HANG, what else was in flight runs
+    again, and the outcomes are the serial run's."""
+    plan = tmp_path / "hang.toml"
+    qos_only = PLAN.split('[[suite]]\nname = "caching"')[0]
+    plan.write_text(qos_only.replace("test_timeout = 120", "test_timeout = 6"))
+    outs = {jobs: tmp_path / f"hang{jobs}" for jobs in (1, 2)}
+
+    def run(jobs: int) -> subprocess.CompletedProcess:
+        return nncert("certify", "--driver", "mutant:hang,op=ADD", "--plan", str(plan),
+                      "--out", str(outs[jobs]), "--jobs", str(jobs))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(run, (1, 2)))
+    assert [d.returncode for d in done] == [1, 1], done[1].stderr
+    one, two = statuses(outs[1]), statuses(outs[2])
+    assert one == two and Counter(one.values()) == {"PASS": 18, "HANG": 4}
+    records = journal.read(outs[2] / "journal.jsonl")
+    outcomes = Counter(r["id"] for r in records if r["event"] == "outcome")
+    assert len(outcomes) == 22 and set(outcomes.values()) == {1}
+    qos = json.loads((outs[2] / "report.json").read_text())["suites"][0]
+    assert qos["state"] == "finished"

@@ -333,8 +333,10 @@ class SuiteRun:
                 self._record(test_id, "CRASH", f"the suite's process died in this test ({died})")
         missing = self.state.missing
         progress = len(self.state.outcomes) > self.outcomes_at_start or blamed
-        if code in _FINISHED and not pending and not missing and not self.killed_for:
-            self._finish("finished", f"pytest exit status {code}")
+        # Every test has its outcome: a child killed in its last test (in flight with the last
+        # ones, under xdist) finished the suite as much as one that ended by itself.
+        if not missing and (code in _FINISHED or pending or self.killed_for == "hang"):
+            self._finish("finished", f"pytest exit status {code}" if code >= 0 else how_it_ended(code))
         elif missing and progress and self.starts < MAX_STARTS:
             self.isolate = True  # it died once: from here on each test runs in a child of its own
             self.start()
