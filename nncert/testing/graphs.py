@@ -56,6 +56,7 @@ which no operation meets the rule is drawn exactly as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -401,8 +402,11 @@ def _max_gain(record: OpRecord) -> float:
 _SIGN_SEED = 0x5EED
 
 
+@functools.lru_cache(maxsize=512)
 def _alternating(shape: tuple[int, ...]) -> np.ndarray:
-    return np.where(np.random.default_rng(_SIGN_SEED).random(shape) < 0.5, -1.0, 1.0)
+    signs = np.where(np.random.default_rng(_SIGN_SEED).random(shape) < 0.5, -1.0, 1.0)
+    signs.flags.writeable = False  # shared by every caller of this shape
+    return signs
 
 
 def _moved_input(operand: Operand, value: np.ndarray, amount: float, sign: int) -> np.ndarray:
@@ -434,21 +438,27 @@ def _results(record: OpRecord, operands: list[Operand | None], raw: list[Any],
 
 
 def _sensitivity(record: OpRecord, operands: list[Operand | None], raw: list[Any],
-                 outputs: list[Operand], amounts: list[float]) -> list[np.ndarray] | None:
+                 outputs: list[Operand], amounts: list[float],
+                 base: list[np.ndarray] | None = None) -> list[np.ndarray] | None:
     """How far each element of each result moves, at most, when every input ``i`` with
     ``amounts[i] > 0`` is moved by that amount (``_moved_input``): up, down or element by
     element each way, in every combination over up to three moved inputs (else the three
     patterns for all of them alike). In output steps for quantised results, own units for
-    the others; None when a moved input makes the operation fail or a result non-finite."""
+    the others; None when a moved input makes the operation fail or a result non-finite.
+    ``base``: the results on ``raw`` (``_results``), when the caller has them."""
     moved = [i for i, a in enumerate(amounts) if a > 0]
-    base = _results(record, operands, raw, outputs)
+    if base is None:
+        base = _results(record, operands, raw, outputs)
     worst = [np.zeros(b.shape) for b in base]
     combos = itertools.product((1, -1, 0), repeat=len(moved)) if len(moved) <= 3 else \
         ((sign,) * len(moved) for sign in (1, -1, 0))
+    inputs: dict[tuple[int, int], np.ndarray] = {}  # each input moved each way, once
     for combo in combos:
         values = list(raw)
         for i, sign in zip(moved, combo, strict=True):
-            values[i] = _moved_input(operands[i], raw[i], amounts[i], sign)
+            if (i, sign) not in inputs:
+                inputs[i, sign] = _moved_input(operands[i], raw[i], amounts[i], sign)
+            values[i] = inputs[i, sign]
         try:
             with np.errstate(all="ignore"):
                 got = _results(record, operands, values, outputs)
@@ -609,14 +619,16 @@ class _Builder:
         raw = [ci.value for ci in case.inputs]
         one_step = [min(e, 1.0) if o is not None and o.type.is_quant else e
                     for o, e in zip(operands, errors, strict=True)]
-        gain = _sensitivity(record, operands, raw, case.outputs, one_step)
+        base = _results(record, operands, raw, case.outputs)
+        gain = _sensitivity(record, operands, raw, case.outputs, one_step, base)
         if gain is None:
             return None
         for o, d in zip(case.outputs, gain, strict=True):
             limit = _max_gain(record) if o.type.is_quant else 0.0 if not o.type.is_float else math.inf
             if d.size and float(d.max()) > limit + 1e-6:
                 return None
-        moved = gain if errors == one_step else _sensitivity(record, operands, raw, case.outputs, errors)
+        moved = gain if errors == one_step else \
+            _sensitivity(record, operands, raw, case.outputs, errors, base)
         if moved is None:
             return None
         criteria = GRAPH_CRITERIA[self.kind.criterion or record.criterion]
