@@ -76,6 +76,9 @@ GUARDED = [
     pytest.param(f"mutant:crash,op={OP}", ["--crash-guard=on"], "crash", id="crash-guard"),
     pytest.param(f"mutant:hang,op={OP}", ["--crash-guard=on", "--crash-guard-timeout=3"], "hang",
                  id="hang-guard"),
+    # Tests in flight on two pytest-xdist workers: each one past the limit is the guard's HANG.
+    pytest.param(f"mutant:hang,op={OP}", ["--crash-guard=on", "--crash-guard-timeout=3", "-n", "2"], "hang",
+                 id="hang-guard-xdist", marks=pytest.mark.slow),
 ]
 
 

@@ -114,7 +114,8 @@ class Guard:
                                   f"the results so far are kept")
                         return self._finish(128 - code)
                     return self._finish(code)
-                self._record(pending[-1], hung, code)
+                for test_id in [t for t in hung if t in pending] or pending[-1:]:
+                    self._record(test_id, bool(hung), code)
                 if self._stop():
                     return self._finish(int(pytest.ExitCode.TESTS_FAILED))
         finally:
@@ -125,35 +126,36 @@ class Guard:
 
     # -- the child
 
-    def _one_child(self) -> tuple[int, bool]:
-        """Run a child to its end: (its exit status, negative for a signal; whether we killed it
-        for a hang)."""
+    def _one_child(self) -> tuple[int, list[str]]:
+        """Run a child to its end: (its exit status, negative for a signal; the tests past the
+        limit when we killed it for a hang: under pytest-xdist, several run at once)."""
         tail = JournalTail(self.path)
         # Its own process group, so that Ctrl-C reaches it once (forwarded from here) and it
         # stops the way pytest stops; it dies with this process.
         proc = subprocess.Popen(self.command(), cwd=self.cwd, process_group=0, preexec_fn=die_with_parent)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda n, _: proc.send_signal(n))
-        current: tuple[str, float] | None = None
+        running: dict[str, float] = {}  # started, no outcome yet: when
         while True:
             try:
                 code = proc.wait(timeout=_POLL_S)
                 if code < 0:  # what it forked (an --isolate'd test) must not outlive it
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGKILL)
-                return code, False
+                return code, []
             except subprocess.TimeoutExpired:
                 pass
             for record in tail.read():
                 if record["event"] == "start":
-                    current = (record["id"], time.monotonic())
-                elif record["event"] == "outcome" and current and current[0] == record["id"]:
-                    current = None
-            if current and time.monotonic() - current[1] > self.limit:
+                    running[record["id"]] = time.monotonic()
+                elif record["event"] == "outcome":
+                    running.pop(record["id"], None)
+            late = [t for t, began in running.items() if time.monotonic() - began > self.limit]
+            if late:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)  # with the forked children of --isolate
                 proc.wait()
-                return proc.returncode, True
+                return proc.returncode, late
 
     def _state(self) -> journal.SuiteState:
         return journal.replay(journal.read(self.path)).get(self.suite, journal.SuiteState())
