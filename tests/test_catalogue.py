@@ -99,7 +99,11 @@ def test_edge_families_cover_their_records(record):
                 assert want <= names, f"{record.name} {var_.label}: {sorted(want - names)}"
             quant_in = [a.resolve(var_.types) for a in sig.inputs if a.resolve(var_.types) in QUANT8]
             if record.dequantize and quant_in:
-                want = {"quant_scale_tiny", "quant_scale_ratio"}
+                want = {"quant_scale_tiny", "quant_scale_ratio", "quant_scale_one", "quant_scale_large"}
+                if record.type is OperationType.MUL:
+                    want.remove("quant_scale_one")  # its output scale must exceed the inputs' product
+                if record.type is OperationType.GENERATE_PROPOSALS:
+                    want.remove("quant_scale_large")  # box sizes are exponents of the deltas
                 if any(t is not T.TENSOR_QUANT8_SYMM for t in quant_in):
                     want.add("quant_zero_point_min")
                 assert want <= names, f"{record.name} {var_.label}: {sorted(want - names)}"
@@ -170,6 +174,17 @@ def test_quant_scale_edges_reach_scales_and_ratios():
               for ci in case.inputs if ci.operand is not None and ci.operand.type in QUANT8
               and ci.operand.channel_quant is None and case.outputs[0].type.is_quant]
     assert max(ratios) > 50 and min(ratios) < 0.02
+    ones = _cases_of("quant_scale_one")
+    for case in ones:
+        for ci in case.inputs:
+            if ci.operand is not None and ci.operand.type in QUANT8 and ci.operand.channel_quant is None:
+                assert ci.operand.scale == 1.0, case.id
+    # free outputs too (a fixed one, as LOGISTIC's 1/256, keeps its own)
+    assert sum(o.scale == 1.0 for case in ones for o in case.outputs if o.type in QUANT8) > 0.8 * len(ones)
+    for case in _cases_of("quant_scale_large"):
+        for ci in case.inputs:
+            if ci.operand is not None and ci.operand.type in QUANT8 and ci.operand.channel_quant is None:
+                assert 64 <= ci.operand.scale <= 1024, case.id
 
 
 @pytest.mark.req("ACC-6")

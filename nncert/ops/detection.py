@@ -76,11 +76,6 @@ _F32, _F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 _BOX_QUANT = fixed(0.125, 0)  # QUANT16 boxes and image sizes: scale 0.125, zero point 0
 _GRAPHS = ("its output sizes depend on the input values (data-dependent, EXE-4), so no "
            "random graph can give its consumers a fixed shape")
-_NO_QUANT_EDGES = tuple(
-    edges.Without(name, "scores are drawn on a grid with every selection decision several "
-                        "quantisation steps from its threshold; extreme zero points and scales "
-                        "would make ties that leave more than one right answer")
-    for name in ("quant_zero_point_min", "quant_zero_point_max", "quant_scale_tiny", "quant_scale_ratio"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1087,7 +1082,9 @@ GENERATE_PROPOSALS = OpRecord(
     edges=(
            _edge("empty_image", "one image of 0.125 x 0.125: every proposal of it clipped below "
                                 "min_size, it contributes none", _gp_sampler("empty_image")),
-           _edge("post_nms_1", "post_nms_max 1: one proposal per image", _gp_sampler("post_nms_1"))),
+           _edge("post_nms_1", "post_nms_max 1: one proposal per image", _gp_sampler("post_nms_1")),
+           edges.Without("quant_scale_large", "deltas are exponents of box sizes: at scales of 64 and "
+                                              "more every proposal's size overflows")),
     doc="Anchors tiled over the feature map, moved by deltas, clipped, filtered by min_size, "
         "then hard NMS per image.")
 

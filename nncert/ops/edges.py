@@ -58,7 +58,8 @@ class Edge:
     #: "" (as usual), "pre_activation" (cover the golden before the fused activation, so
     #: that a clamp shows in the quantised output), "zero_point_min" / "zero_point_max" (the
     #: zero point at the type's extreme, the scale covering the golden's side of zero),
-    #: "range" (cover the golden's range exactly, however small the scale gets).
+    #: "range" (cover the golden's range exactly, however small the scale gets), "unit" (scale
+    #: exactly 1, the zero point placing the golden's range inside the type's as far as it fits).
     output_quant: str = ""
     #: Real output 0 before the fused activation -> FULL, PARTIAL or 0 (draw again).
     reached: Callable[[np.ndarray], int] | None = None
@@ -195,7 +196,8 @@ def _scales(first: tuple[float, float], rest: tuple[float, float]) -> Callable[[
                 if item.channel_dim is not None:
                     continue
                 lo, hi = first if k == 0 else rest
-                item.scale = float(np.float32(math.exp(s.draw.float(math.log(lo), math.log(hi)))))
+                item.scale = lo if lo == hi else \
+                    float(np.float32(math.exp(s.draw.float(math.log(lo), math.log(hi)))))
                 if item.zero_point is None:  # what the case builder would draw for a free one
                     t = s.type(name)
                     item.zero_point = s.draw.int(*t.quant_range) if _asymm(t) else 0
@@ -226,6 +228,14 @@ QUANT = (
          "the first 8-bit input with a scale near 1, the others near 1e-4: input/output scale "
          "ratios far from 1 both ways",
          applies=_quant_applies(), adjust=_scales((0.25, 1.0), (1e-4, 4e-4)), output_quant="range"),
+    Edge("quant_scale_one", "quant",
+         "8-bit inputs and free outputs of scale exactly 1: integer real values and requantisation "
+         "multipliers of exactly 1 (the power-of-two boundary of fixed-point multipliers)",
+         applies=_quant_applies(), adjust=_scales((1.0, 1.0), (1.0, 1.0)), output_quant="unit"),
+    Edge("quant_scale_large", "quant",
+         "8-bit inputs with scales of 64..1024: real values past float16's largest (65504), "
+         "outputs to match",
+         applies=_quant_applies(), adjust=_scales((64.0, 1024.0), (64.0, 1024.0)), output_quant="range"),
 )
 
 

@@ -200,6 +200,9 @@ RECORDS = [
     binary(Op.MUL, np.multiply, {Version.V1_0: (T.TENSOR_FLOAT32, *_Q8), Version.V1_2: (T.TENSOR_FLOAT16,),
                                  Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
            activation=True, ranks=UP_TO_4, check=_mul_check, sample=_sample_mul,
+           edges_=(*edges.BROADCAST,
+                   edges.Without("quant_scale_one", "a quantised output's scale must exceed the product "
+                                                    "of the input scales, 1 at this edge")),
            doc="input0 * input1"),
     binary(Op.SUB, np.subtract, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16, *_Q8),
                                  Version.V1_3: (*_Q8S, T.TENSOR_INT32)},

@@ -524,6 +524,8 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
         side = rmax if at_min else -rmin
         scale = side / (hi - lo) if side > 0 else 1e-3
         return dataclasses.replace(o, scale=_f32(scale), zero_point=lo if at_min else hi)
+    if policy == "unit":
+        return dataclasses.replace(o, scale=1.0, zero_point=int(np.clip(round(lo - rmin), lo, hi)))
     floor = 1e-3 if policy != "range" or rmax == rmin else 0.0
     scale = max((rmax - rmin) / (hi - lo), floor)
     zp = int(np.clip(round(lo - rmin / scale), lo, hi))

@@ -13,7 +13,7 @@ from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.hal.model import Operand, Operation, dtype_of
 from nncert.hal.types import FusedActivationFunc, OperandType, OperationType
 from nncert.ops import edges, get
-from nncert.ops.base import ACTIVATION_RANGE, OpRecord, from_real, match, normalize_axis
+from nncert.ops.base import ACTIVATION_RANGE, OpRecord, from_real, match, normalize_axis, to_real
 from nncert.ops.evaluate import TO_NCHW, TO_NHWC, evaluate, evaluate_real
 from nncert.ops.window import IMPLICIT, PADDING_SAME
 
@@ -120,6 +120,56 @@ class ScaleFloorFp16(MutantDriver):
         return evaluate(get(op.type), [floored(o) for o in operands], inputs, [floored(o) for o in outputs])
 
 
+class UnitScaleAsRaw(MutantDriver):
+    """A fast path for the identity quantisation: an 8-bit input whose scale is exactly 1 is
+    taken as its stored integers, as if its zero point were 0 too (the check looks at the
+    scale only). Drawn scales are never exactly 1, so only the unit-scale edge meets it."""
+
+    name = "unit_scale_raw"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        record = get(op.type)
+        if not record.dequantize:
+            return results
+
+        def raw(o: Operand | None) -> Operand | None:
+            if o is None or o.type not in _EIGHT_BIT or o.scale != 1.0 or o.zero_point == 0:
+                return o
+            return dataclasses.replace(o, zero_point=0)
+
+        taken = [raw(o) for o in operands]
+        if all(a is b for a, b in zip(taken, operands, strict=True)):
+            return results
+        return evaluate(record, taken, inputs, outputs)
+
+
+class QuantInHalfPrecision(MutantDriver):
+    """Runs operations between 8-bit quantised tensors in float16, as a GPU delegate does:
+    the inputs are dequantised to half precision and the result is computed and kept in it
+    before requantisation. Usual scales lose nothing that the requantisation keeps; at large
+    scales the real values pass float16's largest (65504) and become infinite."""
+
+    name = "quant_in_half"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        record = get(op.type)
+        if not record.dequantize or outputs[0].type not in _EIGHT_BIT:
+            return results
+
+        def half(o: Operand | None, v: Any) -> Any:
+            if o is None or o.type not in _EIGHT_BIT:
+                return None
+            with np.errstate(over="ignore"):
+                return np.asarray(to_real(v, o)).astype(np.float16).astype(np.float64)
+
+        real = [half(o, v) for o, v in zip(operands, inputs, strict=True)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = evaluate_real(record, operands, inputs, outputs, real=real)
+            return [from_real(np.asarray(r, np.float64).astype(np.float16).astype(np.float64), o)
+                    if o.type in _EIGHT_BIT else results[i]
+                    for i, (r, o) in enumerate(zip(got, outputs, strict=True))]
+
+
 class LogSoftmaxAxisOfOneIsIdentity(MutantDriver):
     """LOG_SOFTMAX over an axis of length 1 is folded away by the graph optimiser as a no-op
     (as it folds reductions over a length-1 axis): the output is the input, not 0."""
@@ -195,6 +245,10 @@ MUTANT_INFO = (
                args=("-k", "edge_long and (REDUCE_SUM or MEAN)")),
     MutantInfo(ScaleFloorFp16, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_quant_scale_tiny and sync")),
+    MutantInfo(UnitScaleAsRaw, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_scale_one and sync")),
+    MutantInfo(QuantInHalfPrecision, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_scale_large and sync")),
     MutantInfo(LogSoftmaxAxisOfOneIsIdentity, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_axis_of_1 and SOFTMAX")),
     MutantInfo(BroadcastBothCyclic, "ACC-6", suite="test_operations.py",
