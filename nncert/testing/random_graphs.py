@@ -65,15 +65,16 @@ def judge(graph: Graph, model: Model, actual: list[np.ndarray],
     return reasons
 
 
-def run(driver: Driver, graph: Graph, prepare: Callable[[Model], PreparedModel] | None = None) -> Outcome:
+def run(driver: Driver, graph: Graph, prepare: Callable[[Model], PreparedModel] | None = None,
+        built: tuple[Model, list[np.ndarray]] | None = None) -> Outcome:
     """Prepare (with ``prepare``, default ``driver.prepare_model``) and execute ``graph`` on
-    ``driver`` and judge the outputs."""
+    ``driver`` and judge the outputs. ``built``: ``graph.model()``, when the caller has built it."""
     alive = getattr(driver, "alive", None)
     if alive is not None and not alive():
         driver.restart()  # a hosted driver that died on an earlier graph
     if graph.version > driver.feature_level:
         return Outcome("declined", [f"needs HAL {graph.version.label}"])
-    model, feeds = graph.model()
+    model, feeds = built or graph.model()
     try:
         supported = driver.supported_operations(model)
     except HalError as e:
@@ -212,9 +213,9 @@ def search(driver: Driver, cell: Cell, seed: int = 0, graphs: int = 50,
     started = time.perf_counter()
     for index in range(graphs):
         graph = seeded(cell, seed, index)
-        model, _ = graph.model()
-        validate_model(model)
-        outcome = run(driver, graph)
+        built = graph.model()
+        validate_model(built[0])
+        outcome = run(driver, graph, built=built)
         if outcome.failed:
             result.failure = _shrink(driver, cell, seed, index, graph, outcome, shrink_runs)
             break
