@@ -1,8 +1,9 @@
-"""`nncert certify --jobs N` runs each suite on N pytest-xdist workers (an exclusive suite
-serially) and certifies exactly as `--jobs 1` does: the same outcome test by test, the same
-verdicts, a report that verifies, one journal record of each start and outcome (the workers
-write them; the controller only the CRASH of a test whose worker died), a crash recorded once.
-A run killed mid-suite and resumed runs only what has no outcome."""
+"""`nncert certify --jobs N` runs suites side by side and gives the slots no suite waits for to
+pytest-xdist workers of the suite starting (an exclusive suite: alone, serially); on workers it
+certifies exactly as `--jobs 1` does: the same outcome test by test, the same verdicts, a
+report that verifies, one journal record of each start and outcome (the workers write them;
+the controller only the CRASH of a test whose worker died), a crash recorded once. A run
+killed mid-suite and resumed runs only what has no outcome."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from nncert.certify import journal
+from nncert.certify.plan import Suite
+from nncert.certify.runner import suite_workers
 
 #: A suite where the crash mutant kills the process in 4 of 22 tests (the others pass; not the
 #: short deadlines, which expire before the crash or not, as the machine's load has it), and an
@@ -173,3 +176,18 @@ def test_tests_hanging_on_workers_are_each_a_hang_and_the_others_run_again(tmp_p
     assert len(outcomes) == 22 and set(outcomes.values()) == {1}
     qos = json.loads((outs[2] / "report.json").read_text())["suites"][0]
     assert qos["state"] == "finished"
+
+
+def test_slots_go_to_suites_side_by_side_and_the_spare_ones_to_xdist_workers():
+    def suite(name: str, exclusive: bool = False) -> Suite:
+        return Suite(name, name, ("conformance/test_qos.py",), (), 60.0, 60.0, exclusive)
+
+    plan = [suite(f"s{i}") for i in range(5)] + [suite("mlts", exclusive=True)]
+    # --jobs 2 over a plan of many suites: one process each, side by side
+    assert suite_workers(plan[0], 2, plan[1:]) == 1 and suite_workers(plan[1], 1, plan[2:]) == 1
+    # the last one, with both slots free (an exclusive suite waits for none): both
+    assert suite_workers(plan[4], 2, plan[5:]) == 2
+    assert suite_workers(plan[4], 1, plan[5:]) == 1
+    # --jobs 8: what the suites waiting will not need goes to the one starting
+    assert suite_workers(plan[0], 8, plan[1:]) == 4
+    assert suite_workers(plan[5], 8, []) == 1  # exclusive: alone, in one process

@@ -1,10 +1,13 @@
 """Running a plan against a driver: each suite a pytest run in a child process, supervised.
 
 The child records every test's start and outcome in the journal (the pytest plugin's
-``--nncert-journal``). With ``--jobs N`` above 1 a suite runs on N pytest-xdist workers
-(``-n N``; an exclusive suite, whose timings must not share the machine, serially), one suite
-at a time: the workers journal their tests, and the xdist controller records the CRASH of a
-test in which a worker died (xdist replaces the worker and goes on). The runner watches the
+``--nncert-journal``). ``--jobs N`` is N processes running tests: suites side by side, each
+in one process while other suites wait for a slot; a suite that starts with more slots free
+than suites waiting runs on those as pytest-xdist workers (``-n``: the last suites of a plan,
+a plan of fewer suites than N); an exclusive suite, whose timings must not share the machine,
+runs alone and in one process. Under xdist the workers journal their tests, and the xdist
+controller records the CRASH of a test in which a worker died (which ends the child: it
+restarts as below). The runner watches the
 journal: a test that runs past the suite's ``test_timeout`` is a HANG (the child is killed
 with its workers; the other tests in flight have no outcome and run again); a child that dies
 in a test leaves a start without an outcome, which the runner records as that test's CRASH
@@ -183,6 +186,7 @@ class SuiteRun:
         out: Path,
         state: journal.SuiteState,
         writer: journal.Writer,
+        workers: int = 1,
     ) -> None:
         self.suite, self.settings, self.out, self.state, self.writer = suite, settings, out, state, writer
         self.proc: subprocess.Popen | None = None
@@ -190,7 +194,7 @@ class SuiteRun:
         self.starts = 0
         self.isolate = False
         #: pytest-xdist workers (``-n``); 1: the suite's tests run in its pytest process.
-        self.workers = settings.jobs if not suite.exclusive else 1
+        self.workers = workers
         self.running: dict[str, float] = {}  # the tests this child started without an outcome yet
         self.hung: list[str] = []  # those past the deadline when the runner killed the child
         self.drained = False  # the journal was read once more after the child ended
@@ -424,10 +428,11 @@ class Progress:
             tally[r["status"]] = tally.get(r["status"], 0) + 1
         what = ", ".join(f"{n} {s}" for s, n in sorted(tally.items(), key=lambda kv: -kv[1])) or "no tests"
         note = "" if run.result == "finished" else f" [{run.result.upper()}]"
+        where = f" on {run.workers} workers" if run.workers > 1 else ""
         if self.live:
             self.stream.write("\r\x1b[K")
         self.stream.write(
-            f"{run.suite.name}: {done}/{total} tests in {_clock(time.monotonic() - run.began)}: "
+            f"{run.suite.name}: {done}/{total} tests in {_clock(time.monotonic() - run.began)}{where}: "
             f"{what}{note}\n"
         )
         self.stream.flush()
@@ -442,6 +447,15 @@ def _clock(seconds: float) -> str:
     )
 
 
+def suite_workers(suite: Suite, free: int, waiting: list[Suite]) -> int:
+    """The processes a suite starting now runs its tests in, of the ``free`` slots of ``--jobs``:
+    one, unless more are free than suites ``waiting`` for one (each of those will want one);
+    then pytest-xdist workers on the rest. An exclusive suite: one."""
+    if suite.exclusive:
+        return 1
+    return max(1, free - sum(1 for s in waiting if not s.exclusive))
+
+
 def run_suites(
     plan: Plan,
     settings: RunSettings,
@@ -449,8 +463,9 @@ def run_suites(
     progress: Progress,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Run the selected suites of ``plan`` that have not finished in ``out``'s journal, one at a
-    time, each on ``settings.jobs`` pytest-xdist workers (an exclusive suite on none)."""
+    """Run the selected suites of ``plan`` that have not finished in ``out``'s journal in
+    ``settings.jobs`` processes: suites side by side, a suite on pytest-xdist workers when more
+    slots are free than suites wait for one; an exclusive suite alone, in one process."""
     files.own_dir(out / LOGS_DIR)
     files.own_dir(out / ARTIFACTS_DIR)
     path = out / JOURNAL_FILE
@@ -464,13 +479,21 @@ def run_suites(
     tail = JournalTail(path)
     with journal.Writer(path) as writer:
         queue = [plan.suite(name) for name in settings.suites if name not in finished_before]
-        queue.sort(key=lambda s: s.exclusive)  # the exclusive ones last
+        queue.sort(key=lambda s: s.exclusive)  # the exclusive ones last, alone
         active: list[SuiteRun] = []
         try:
             while queue or active:
-                while queue and not active:
+                while (
+                    queue
+                    and sum(r.workers for r in active) < settings.jobs
+                    and not any(r.suite.exclusive for r in active)
+                    and not (queue[0].exclusive and active)
+                ):
                     suite = queue.pop(0)
-                    run = SuiteRun(suite, settings, out, states.get(suite.name, journal.SuiteState()), writer)
+                    free = settings.jobs - sum(r.workers for r in active)
+                    workers = suite_workers(suite, free, queue)
+                    state = states.get(suite.name, journal.SuiteState())
+                    run = SuiteRun(suite, settings, out, state, writer, workers)
                     run.start()
                     active.append(run)
                 for record in tail.read():
