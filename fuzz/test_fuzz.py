@@ -5,7 +5,8 @@ campaign's findings, logs and summary stay in ``--fuzz-out``; its corpus does no
 
 The selected targets' campaigns run at once (a campaign's time is wall-clock time, most of a
 short one is its workers' start-up), each test waiting for its own; under ``--isolate`` a test
-runs only its own."""
+runs only its own, and so does a test on a pytest-xdist worker (every worker collects every
+target, and two campaigns of one target would share its directory)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def campaigns(request: pytest.FixtureRequest):
             futures[target] = pool.submit(_campaign, target, config, out)
         return futures[target]
 
-    if importlib.util.find_spec("atheris") is not None and not config.getoption("isolate"):
-        # (a forked test must not start its siblings' campaigns)
+    if (importlib.util.find_spec("atheris") is not None and not config.getoption("isolate")
+            and not hasattr(config, "workerinput")):
+        # (a forked test must not start its siblings' campaigns, nor a worker those of another's tests)
         for target in targets:
             start(target)
     yield start

@@ -55,3 +55,17 @@ def test_a_slice_gives_the_same_outcomes_serially_on_workers_and_on_gateways(tmp
         assert spread.keys() == serial.keys(), f"{mode}: other tests ran"
         differ = {k: (serial[k], spread[k]) for k in serial if serial[k] != spread[k]}
         assert not differ, f"{mode} differs from serial on {len(differ)} tests: {list(differ.items())[:3]}"
+
+
+@pytest.mark.slow
+def test_the_fuzz_suite_on_workers_runs_each_campaign_once(tmp_path):
+    """Every worker collects every target: each must run only its own tests' campaigns (two of one
+    target shared its directory, and one removed the corpus the other was writing)."""
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "fuzz/test_fuzz.py", "--driver=reference", "-n", "2", "--fuzz-seconds=5",
+                           "--fuzz-seeds=50", f"--fuzz-out={tmp_path / 'fuzz'}", f"--nncert-report={report}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    tests = json.loads(report.read_text())["tests"]
+    assert len(tests) == 6, done.stdout[-2000:]
+    assert not [(k, t["message"]) for k, t in tests.items() if t["outcome"] == "failed"]
