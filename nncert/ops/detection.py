@@ -1083,8 +1083,9 @@ GENERATE_PROPOSALS = OpRecord(
            _edge("empty_image", "one image of 0.125 x 0.125: every proposal of it clipped below "
                                 "min_size, it contributes none", _gp_sampler("empty_image")),
            _edge("post_nms_1", "post_nms_max 1: one proposal per image", _gp_sampler("post_nms_1")),
-           edges.Without("quant_scale_large", "deltas are exponents of box sizes: at scales of 64 and "
-                                              "more every proposal's size overflows")),
+           *(edges.Without(name, "deltas are exponents of box sizes: at whole-number deltas (scale 1) "
+                                 "and beyond, proposals' sizes overflow to infinity")
+             for name in ("quant_scale_one", "quant_scale_large"))),
     doc="Anchors tiled over the feature map, moved by deltas, clipped, filtered by min_size, "
         "then hard NMS per image.")
 
