@@ -6,7 +6,13 @@ case is built for the first time), "steady" is the rate after the corpus is load
 between the INITED line and the end over the seconds between them (libFuzzer's cumulative
 exec/s gives each line's time as runs / rate).
 
+With ``--cpu-runs M`` it measures instead the steady rate per CPU-second of the fuzzing
+process, which a machine shared with other work distorts far less than wall time: two runs
+from the same seeds and libFuzzer seed, one that stops once the corpus is loaded and one that
+goes M runs further, and M over the difference of their CPU times (user + system).
+
     python benchmarks/bench_fuzz.py [--seconds 20] [--target NAME ...] [--driver SPEC]
+    python benchmarks/bench_fuzz.py --cpu-runs 50000 [--rounds 3] [--target NAME ...]
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,12 +60,64 @@ def measure(target: str, seconds: int, driver: str | None) -> tuple[int | None, 
     return (int(rates[-1]) if rates else None), steady_rate(out), summary
 
 
+def _cpu_run(cmd: list[str], env: dict, timeout: float) -> tuple[float, str]:
+    """(user + system CPU seconds of the child, its stderr)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout).stderr
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+
+
+def measure_cpu(target: str, runs: int, driver: str | None) -> tuple[float | None, str]:
+    """Runs after the corpus is loaded per CPU-second (see the module's docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        seeds, out_dir = Path(tmp) / "seeds", Path(tmp) / "new"
+        write_corpus(target, seeds)
+        env = {**os.environ, "NNCERT_STATE_DIR": str(Path(tmp) / "state")}
+        cpu, inited = [], None
+        for limit in (1, None):
+            out_dir.mkdir(exist_ok=True)
+            for f in out_dir.iterdir():
+                f.unlink()
+            n = 1 if limit else inited + runs
+            cmd = [sys.executable, str(ROOT / "fuzz" / f"{target}.py"), f"-runs={n}", "-seed=1",
+                   str(out_dir), str(seeds)]
+            if driver:
+                cmd[2:2] = ["--driver", driver]
+            seconds, log = _cpu_run(cmd, env, timeout=3600)
+            found = re.search(r"^#(\d+)\s+INITED", log, re.M)
+            done = re.search(r"Done (\d+) runs", log)
+            if not (found and done):
+                return None, log.strip().splitlines()[-1][:200] if log.strip() else "no output"
+            inited = int(found.group(1))
+            cpu.append((seconds, int(done.group(1))))
+    (cpu0, _), (cpu1, total) = cpu
+    steady = (total - inited) / (cpu1 - cpu0) if cpu1 > cpu0 else None
+    return steady, (f"{total - inited} runs after {inited} loading ones; CPU {cpu0:.1f} s loading, "
+                    f"{cpu1:.1f} s in all")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--target", action="append", choices=sorted(TARGETS))
     parser.add_argument("--driver", default=None)
+    parser.add_argument("--cpu-runs", type=int, default=0, metavar="M",
+                        help="steady runs per CPU-second over M runs after the corpus is loaded")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --cpu-runs: repeat, print each and the best")
     args = parser.parse_args()
+    if args.cpu_runs:
+        for name in args.target or list(TARGETS):
+            rates = []
+            for _ in range(args.rounds):
+                rate, summary = measure_cpu(name, args.cpu_runs, args.driver)
+                rates.append(rate or 0)
+                print(f"{name:20s} exec per CPU-second steady {_n(rate and round(rate)):>7}   ({summary})",
+                      flush=True)
+            if args.rounds > 1:
+                print(f"{name:20s} best of {args.rounds}: {round(max(rates))}", flush=True)
+        return
     for name in args.target or list(TARGETS):
         overall, steady, summary = measure(name, args.seconds, args.driver)
         print(f"{name:20s} exec/s overall {_n(overall):>7}  steady {_n(steady):>7}   ({summary})",

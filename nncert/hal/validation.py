@@ -89,8 +89,10 @@ preferred alignment, so a driver must take any offset inside the pool.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Sequence
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -118,7 +120,7 @@ from nncert.hal.types import (
 )
 from nncert.ops import control_flow, get
 from nncert.ops.base import Match, OpRecord, ShapeError, Signature, Unknown, match, to_real
-from nncert.ops.evaluate import bind, instance_version, output_shapes
+from nncert.ops.evaluate import bind, bound_output_shapes, instance_version
 
 T = OperandType
 L = OperandLifeTime
@@ -175,6 +177,47 @@ _WRITABLE = (_TEMP, _OUT)
 _CONSTANT = (_COPY, _REF)
 
 _OPERATION_TYPES = frozenset(int(x) for x in OperationType if x is not OperationType.OEM_OPERATION)
+
+
+class _Plain:
+    """The rules an operand of one (type, lifetime) must meet, for ``_operand_ok``: the
+    common case (not SUBGRAPH, not per-channel) in a form checked with few branches."""
+
+    __slots__ = ("const", "copy", "itemsize", "max_rank", "needs", "noval", "scalar", "smax", "smin",
+                 "zps")
+
+    def __init__(self, info: _TypeInfo, lt: OperandLifeTime) -> None:
+        self.scalar = info.scalar
+        self.max_rank = 0 if info.scalar else 1 << 62
+        self.const = lt in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+        self.copy = lt is L.CONSTANT_COPY
+        self.noval = lt is L.NO_VALUE
+        self.itemsize = info.itemsize
+        self.needs = (info.version, max(info.version, Version.V1_2))  # [dynamic shape]
+        # Scale rules as a closed interval of floats: 5e-324 is the least float > 0.
+        self.smin = 5e-324 if info.scale == "pos" else 0.0
+        self.smax = 0.0 if info.scale == "zero" else math.inf
+        self.zps = range(info.zp[0], info.zp[1] + 1)
+
+
+#: (type class, lifetime class, type, lifetime) -> _Plain: enum members only (an int from a
+#: mutated model goes the long way), SUBGRAPH and per-channel operands left out.
+_PLAIN: dict[tuple, _Plain] = {
+    (OperandType, OperandLifeTime, info.enum, lt): _Plain(info, lt)
+    for info in _TYPES.values() if info.enum not in (T.SUBGRAPH, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+    for lt in L if lt is not L.SUBGRAPH
+}
+#: The classes of an operand's fields that ``_operand_ok`` takes: dimensions, scale, zero
+#: point, channel_quant, location and the location's four fields.
+_PLAIN_CLASSES = (tuple, float, int, type(None), DataLocation, int, int, int, int)
+_INTS = frozenset((int,))
+_ENUM_TYPES = frozenset((OperandType,))
+_WRITABLE_SET = frozenset(_WRITABLE)
+_LIFETIME_OF = operator.attrgetter("lifetime")
+_TYPE_OF = operator.attrgetter("type")
+
+#: Off only in tests, which check that the fast paths below never change a verdict.
+FAST_PATHS = True
 
 #: Relative tolerance of bias scale == input scale * filter scale (AOSP's CPU path: 1e-6 of
 #: the smaller of the two).
@@ -309,20 +352,70 @@ def _validate_subgraph(ctx: _Ctx, sg: Subgraph, index: int | None) -> None:
     if not sg.operands or not sg.operations:
         raise ValidationError("subgraph-empty", prefix.strip() or "main subgraph",
                               f"{len(sg.operands)} operands, {len(sg.operations)} operations")
-    outputs = {x for x in sg.output_indexes if _is_int(x)} \
-        if index is None and isinstance(sg.output_indexes, (list, tuple)) else ()
+    outputs = _model_outputs(sg) if index is None else ()
     operands = sg.operands
-    for i, o in enumerate(operands):
-        _validate_operand(ctx, o, i, prefix, i in outputs)
     n_operands = len(operands)
+    # The operands that _operand_ok cannot vouch for, checked rule by rule in index order.
+    is_output = map(outputs.__contains__, range(n_operands))
+    ok = list(map(_operand_ok, repeat(ctx, n_operands), operands, is_output)) if FAST_PATHS \
+        else [False] * n_operands
+    if not all(ok):
+        for i, o in enumerate(operands):
+            if not ok[i]:
+                _validate_operand(ctx, o, i, prefix, i in outputs)
+    lifetimes = list(map(_LIFETIME_OF, operands)) if FAST_PATHS else None
     for n, op in enumerate(sg.operations):
-        _validate_operation(ctx, sg, op, n, n_operands, prefix)
-    _validate_io_list(sg.input_indexes, operands, _IN, "model-inputs", "model input", prefix)
-    _validate_io_list(sg.output_indexes, operands, _OUT, "model-outputs", "model output", prefix)
-    _validate_graph(sg, prefix)
+        _validate_operation(ctx, sg, op, n, n_operands, prefix, lifetimes)
+    if lifetimes is None or not _io_list_ok(sg.input_indexes, lifetimes, _IN):
+        _validate_io_list(sg.input_indexes, operands, _IN, "model-inputs", "model input", prefix)
+    if lifetimes is None or not _io_list_ok(sg.output_indexes, lifetimes, _OUT):
+        _validate_io_list(sg.output_indexes, operands, _OUT, "model-outputs", "model output", prefix)
+    if lifetimes is None or not _graph_ok(sg.operations, lifetimes):
+        _validate_graph(sg, prefix)
+
+
+def _model_outputs(sg: Subgraph) -> set | tuple:
+    """The int indexes among the main subgraph's outputs (whose unknown dimensions need HAL 1.2)."""
+    idx = sg.output_indexes
+    if not isinstance(idx, (list, tuple)):
+        return ()
+    if FAST_PATHS and _INTS.issuperset(map(type, idx)):
+        return set(idx)
+    return {x for x in idx if _is_int(x)}
 
 
 # --- operands
+
+
+def _operand_ok(ctx: _Ctx, o: Operand, is_model_output: bool) -> bool:
+    """True when ``o`` meets every operand rule and its HAL version is ``ctx.version`` or
+    older, for the common operand (enum type and lifetime, a tuple of ints, a float scale,
+    an int zero point, no per-channel parameters or subgraph): the fuzzer's models are mostly
+    such operands, and checking them here takes a few branches instead of one per rule (each
+    branch is a coverage callback when the validator is instrumented). False: not certain,
+    ``_validate_operand`` checks each rule in order and names the first broken."""
+    try:
+        f = _PLAIN[o.type.__class__, o.lifetime.__class__, o.type, o.lifetime]
+        dims, scale, zp, loc = o.dimensions, o.scale, o.zero_point, o.location
+        p, off, length, pad = loc.pool_index, loc.offset, loc.length, loc.padding
+        if (dims.__class__, scale.__class__, zp.__class__, o.channel_quant.__class__, loc.__class__,
+                p.__class__, off.__class__, length.__class__, pad.__class__) != _PLAIN_CLASSES:
+            return False
+        # Then & of bools (no short cut, so no branch).
+        known = f.scalar | (bool(dims) & (0 not in dims))
+        ok = _INTS.issuperset(map(type, dims)) & (len(dims) <= f.max_rank) & (min(dims, default=0) >= 0) \
+            & (f.smin <= scale) & (scale <= f.smax) & (zp in f.zps) & (known | (not f.const))
+        if f.const:
+            end = off + length
+            ok &= (not pad) & ((off | length) >= 0) & (length == f.itemsize * math.prod(dims)) & (
+                (not p) & (end <= ctx.values_size) if f.copy else (p >= 0) & (end <= ctx.pool_sizes[p]))
+        else:
+            ok &= not (p | off | length | pad)
+        # An unknown rank (a value but no dimensions), or a dynamic model output: HAL 1.2.
+        dynamic = (not known) & (is_model_output | ((not dims) & (not f.noval)))
+        return ok & (f.needs[dynamic] <= ctx.version)
+    except Exception:  # anything unusual: the rules in order say what is wrong
+        return False
 
 
 def _validate_operand(ctx: _Ctx, o: Operand, i: int, prefix: str, is_model_output: bool) -> None:
@@ -500,6 +593,15 @@ def _validate_io_list(indexes: Sequence[int], operands: list[Operand], lifetime:
                                       f"has lifetime {L(lifetime).name} but is not listed as a {what}")
 
 
+def _io_list_ok(indexes: Any, lifetimes: list, lifetime: int) -> bool:
+    """What _validate_io_list checks, in few branches, for a subgraph whose operands are valid
+    (``lifetimes``: theirs): distinct operand indexes, exactly the operands of ``lifetime``."""
+    if not _indexes_ok(indexes, len(lifetimes)):
+        return False
+    listed = list(map(lifetimes.__getitem__, indexes)).count(lifetime)
+    return (len(set(indexes)) == len(indexes)) & (listed == len(indexes) == lifetimes.count(lifetime))
+
+
 def _lifetime_name(lt: Any) -> str:
     try:
         return L(lt).name
@@ -511,12 +613,25 @@ def _lifetime_name(lt: Any) -> str:
 
 
 def _validate_operation(ctx: _Ctx, sg: Subgraph, op: Operation, n: int, n_operands: int,
-                        prefix: str) -> None:
+                        prefix: str, lifetimes: list | None) -> None:
     t = op.type
     if not ((t.__class__ is OperationType or _is_int(t)) and t in _OPERATION_TYPES):
         raise ValidationError("operation-type", f"{prefix}operation {n}",
                               f"{t!r} is not a valid operation type")
     operands = sg.operands
+    record = get(t)
+    if lifetimes is not None and _indexes_ok(op.inputs, n_operands) and _indexes_ok(op.outputs, n_operands) \
+            and _WRITABLE_SET.issuperset(map(lifetimes.__getitem__, op.outputs)):
+        if record is None:
+            need = OperationType(t).version
+            if t == OperationType.IF or t == OperationType.WHILE:
+                _validate_control_flow(ctx, sg, op, n, prefix)
+        else:
+            need = _validate_with_record(ctx, record, op, operands, n, prefix, lifetimes)
+        if need > ctx.version:
+            raise ValidationError("version", f"{prefix}operation {n} ({_op_name(t)})",
+                                  f"needs HAL {need.label}, validating for {ctx.version.label}")
+        return
     where = None
     for kind, lst in (("input", op.inputs), ("output", op.outputs)):
         if not isinstance(lst, (list, tuple)):
@@ -533,16 +648,21 @@ def _validate_operation(ctx: _Ctx, sg: Subgraph, op: Operation, n: int, n_operan
             where = f"{prefix}operation {n} ({_op_name(t)})"
             raise ValidationError("operation-output-lifetime", where,
                                   f"output {j} writes operand {idx} of lifetime {_lifetime_name(lt)}")
-    record = get(t)
     if record is None:
         need = OperationType(t).version
         if t == OperationType.IF or t == OperationType.WHILE:
             _validate_control_flow(ctx, sg, op, n, prefix)
     else:
-        need = _validate_with_record(ctx, record, op, operands, n, prefix)
+        need = _validate_with_record(ctx, record, op, operands, n, prefix, None)
     if need > ctx.version:
         raise ValidationError("version", f"{prefix}operation {n} ({_op_name(t)})",
                               f"needs HAL {need.label}, validating for {ctx.version.label}")
+
+
+def _indexes_ok(lst: Any, n_operands: int) -> bool:
+    """A list or tuple of exact ints in [0, n_operands) (few branches: see ``_operand_ok``)."""
+    return (lst.__class__ is list or lst.__class__ is tuple) and _INTS.issuperset(map(type, lst)) \
+        and min(lst, default=0) >= 0 and max(lst, default=0) < n_operands
 
 
 def _norm(o: Operand) -> Operand:
@@ -554,18 +674,26 @@ def _norm(o: Operand) -> Operand:
 
 
 def _validate_with_record(ctx: _Ctx, record: OpRecord, op: Operation, operands: list[Operand],
-                          n: int, prefix: str) -> Version:
-    ins: list[Operand | None] = []
-    for idx in op.inputs:
-        o = operands[idx]
-        ins.append(None if o.lifetime == _NOVAL else _norm(o))
-    outs = [_norm(operands[idx]) for idx in op.outputs]
-    in_types = [None if o is None else o.type for o in ins]
-    out_types = [o.type for o in outs]
+                          n: int, prefix: str, lifetimes: list | None) -> Version:
+    ins: list[Operand | None] = list(map(operands.__getitem__, op.inputs))
+    outs = list(map(operands.__getitem__, op.outputs))
+    in_types = list(map(_TYPE_OF, ins))
+    out_types = list(map(_TYPE_OF, outs))
+    # The common case (no omitted input, enum types) in a few branches; else operand by operand.
+    if lifetimes is None or _NOVAL in map(lifetimes.__getitem__, op.inputs) \
+            or not _ENUM_TYPES.issuperset(map(type, in_types)) \
+            or not _ENUM_TYPES.issuperset(map(type, out_types)):
+        ins = []
+        for idx in op.inputs:
+            o = operands[idx]
+            ins.append(None if o.lifetime == _NOVAL else _norm(o))
+        outs = [_norm(operands[idx]) for idx in op.outputs]
+        in_types = [None if o is None else o.type for o in ins]
+        out_types = [o.type for o in outs]
+    where = f"{prefix}operation {n} ({record.name})"
     try:
         m = _match(record, in_types, out_types)
     except ShapeError as e:
-        where = f"{prefix}operation {n} ({record.name})"
         bad_layout = _layout_problem(record, in_types, out_types)
         if bad_layout:
             raise ValidationError("operation-layout", where, bad_layout) from None
@@ -576,16 +704,16 @@ def _validate_with_record(ctx: _Ctx, record: OpRecord, op: Operation, operands: 
     for name, allowed in in_ranked:
         for p in pos.get(name, ()):
             o = ins[p]
-            if o is not None and o.dimensions and not o.type.is_scalar and len(o.dimensions) not in allowed:
+            if o is not None and len(o.dimensions) not in allowed and o.dimensions and not o.type.is_scalar:
                 raise ValidationError(
-                    "operation-rank", f"{prefix}operation {n} ({record.name})",
+                    "operation-rank", where,
                     f"input {p} ({name}) has rank {len(o.dimensions)}, allowed: {list(allowed)}")
     for name, allowed in out_ranked:
         for j in pos[f"out:{name}"]:
             o = outs[j]
-            if o.dimensions and not o.type.is_scalar and len(o.dimensions) not in allowed:
+            if len(o.dimensions) not in allowed and o.dimensions and not o.type.is_scalar:
                 raise ValidationError(
-                    "operation-rank", f"{prefix}operation {n} ({record.name})",
+                    "operation-rank", where,
                     f"output {j} ({name}) has rank {len(o.dimensions)}, allowed: {list(allowed)}")
     model = ctx.model
     # fused activation
@@ -595,17 +723,17 @@ def _validate_with_record(ctx: _Ctx, record: OpRecord, op: Operation, operands: 
             if o is not None and o.lifetime in _CONSTANT:
                 act = _scalar_value(model, o)
                 if act not in (0, 1, 2, 3):
-                    raise ValidationError("operation-activation", f"{prefix}operation {n} ({record.name})",
+                    raise ValidationError("operation-activation", where,
                                           f"input {p} (fused activation) is {act!r}, not 0..3")
                 if act and outs and outs[0].type is T.TENSOR_INT32:
-                    raise ValidationError("operation-activation", f"{prefix}operation {n} ({record.name})",
+                    raise ValidationError("operation-activation", where,
                                           f"input {p} (fused activation) must be NONE for a "
                                           f"TENSOR_INT32 output, is {act}")
     # quantisation rules
     for a in quant_args:
-        _check_quant(record, a, m, ins, outs, f"{prefix}operation {n} ({record.name})")
+        _check_quant(record, a, m, ins, outs, where)
     # shape rule and checks
-    return _check_rules(model, record, m, ins, outs, f"{prefix}operation {n} ({record.name})")
+    return _check_rules(model, record, m, ins, outs, where)
 
 
 _PLANS: dict[int, tuple] = {}
@@ -746,10 +874,10 @@ def _check_rules(model: Model, record: OpRecord, m: Match, ins: list, outs: list
             values = [v if v is not None or o is None or o.lifetime not in _CONSTANT
                       else _tensor_value(model, o, deq) for o, v in zip(ins, values, strict=True)]
         try:
-            shapes = output_shapes(record, ins, values, outs, m)
+            ctx = bind(record, ins, values, outs, m)
+            shapes = bound_output_shapes(ctx)
             checked = True
             if record.check or min_version:
-                ctx = bind(record, ins, values, outs, m)
                 if record.check:
                     try:
                         record.check(ctx)
@@ -776,7 +904,7 @@ def _check_rules(model: Model, record: OpRecord, m: Match, ins: list, outs: list
                               f"record error: shape rule gave {len(shapes)} shapes for {len(outs)} outputs")
     for j, (want, o) in enumerate(zip(shapes, outs, strict=True)):
         dims = o.dimensions
-        if not dims:
+        if not dims or dims == want:
             continue
         if len(dims) != len(want) or any(d and w and d != w for d, w in zip(dims, want, strict=True)):
             raise ValidationError("operation-output-shape", where,
@@ -875,6 +1003,23 @@ def _validate_control_flow(ctx: _Ctx, sg: Subgraph, op: Operation, n: int, prefi
 
 
 # --- data flow
+
+
+#: Lifetimes of operands that hold a value before any operation runs.
+_READY = frozenset(int(x) for x in L) - {_TEMP, _OUT}
+
+
+def _graph_ok(operations: list[Operation], lifetimes: list) -> bool:
+    """Whether the operations (their operand indexes valid) write each operand of lifetime
+    TEMPORARY_VARIABLE or SUBGRAPH_OUTPUT exactly once, after no reader: _validate_graph's
+    check in a few branches an operation, for a subgraph whose operands are valid."""
+    known = set(compress(range(len(lifetimes)), map(_READY.__contains__, lifetimes)))
+    for op in operations:
+        outs = op.outputs
+        if not known.issuperset(op.inputs) or not known.isdisjoint(outs) or len(set(outs)) != len(outs):
+            return False
+        known.update(outs)
+    return len(known) == len(lifetimes)
 
 
 def _validate_graph(sg: Subgraph, prefix: str) -> None:

@@ -19,6 +19,7 @@ with round-half-away-from-zero and saturation. See ``nncert/ops/README.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -167,10 +168,16 @@ class Signature:
     name: str = ""
 
     def arg(self, name: str) -> Arg:
-        for a in self.inputs + self.outputs:
-            if a.name == name:
-                return a
-        raise KeyError(name)
+        try:
+            return self._args[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    @functools.cached_property
+    def _args(self) -> dict[str, Arg]:
+        """Name -> the first Arg of that name, inputs before outputs (shape rules look args up
+        by name on every evaluation)."""
+        return {a.name: a for a in reversed(self.inputs + self.outputs)}
 
     @property
     def min_inputs(self) -> int:

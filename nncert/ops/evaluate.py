@@ -104,7 +104,17 @@ def output_shapes(record: OpRecord, inputs: Sequence[Operand | None], values: Se
     needed shape or value is not known (yet). Raises ShapeError for invalid parameters."""
     try:
         ctx = bind(record, inputs, values, outputs, m)
-        shapes = [tuple(int(d) for d in s) for s in record.shape(ctx)]
+    except Unknown:
+        return None
+    return bound_output_shapes(ctx)
+
+
+def bound_output_shapes(ctx: OpContext) -> list[tuple[int, ...]] | None:
+    """``output_shapes`` of a context ``bind`` made (the validator binds once for the shape
+    rule and the checks)."""
+    record = ctx.record
+    try:
+        shapes = [tuple(map(int, s)) for s in record.shape(ctx)]
     except Unknown:
         return None
     if ctx.nchw:
