@@ -130,8 +130,10 @@ def runs(mini, tmp_path_factory):
     start("waived", "--driver", "mutant:quant_off_by_2", "--expectations", str(vendor))
     hang_plan = base / "hang.toml"
     hang_plan.write_text(HANG_PLAN)
+    # One process (--jobs 1): the hang kills the suite's pytest, which starts again isolated (on
+    # two xdist workers the other test finishes beside it: tests/test_certify_jobs.py).
     futures["hang"] = (pool.submit(certify, "--out", str(base / "hang"), "--plan", str(hang_plan), "--driver",
-                                   "mutant:hang,op=ADD"), base / "hang")
+                                   "mutant:hang,op=ADD", "--jobs", "1"), base / "hang")
 
     def result(name: str) -> tuple[subprocess.CompletedProcess, Path]:
         future, out = futures[name]

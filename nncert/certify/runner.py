@@ -340,7 +340,8 @@ class SuiteRun:
         # Every test has its outcome: a child killed in its last test (in flight with the last
         # ones, under xdist) finished the suite as much as one that ended by itself.
         if not missing and (code in _FINISHED or pending or self.killed_for == "hang"):
-            self._finish("finished", f"pytest exit status {code}" if code >= 0 else how_it_ended(code))
+            ended = f"exit status {code}" if code >= 0 else f"{how_it_ended(code)} in its last tests"
+            self._finish("finished", f"pytest {ended}")
         elif missing and progress and self.starts < MAX_STARTS:
             self.isolate = True  # it died once: from here on each test runs in a child of its own
             self.start()
