@@ -887,7 +887,9 @@ def _add_certify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suites", metavar="A,B", help="run only these suites of the plan")
     p.add_argument("--expectations", action="append", metavar="FILE",
                    help="a vendor's expectations file (strict xfails) besides the driver's own; repeatable")
-    p.add_argument("--jobs", type=int, metavar="N", help="suites at a time (default: 2, or 1 on one core)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="processes running tests: suites side by side, and slots no waiting suite needs as "
+                        "pytest-xdist workers of the suite starting (default: 2, or 1 on one core)")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR: only what has no outcome runs")
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: a deterministic 1/N of every suite's tests (one shard a "
