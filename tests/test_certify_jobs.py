@@ -8,6 +8,8 @@ killed mid-suite and resumed runs only what has no outcome."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -191,3 +193,34 @@ def test_slots_go_to_suites_side_by_side_and_the_spare_ones_to_xdist_workers():
     # --jobs 8: what the suites waiting will not need goes to the one starting
     assert suite_workers(plan[0], 8, plan[1:]) == 4
     assert suite_workers(plan[5], 8, []) == 1  # exclusive: alone, in one process
+
+
+def _append(path: Path, writer_id: int, count: int) -> None:
+    """In a child process: ``count`` large records, each written a few hundred bytes per ``write``
+    (as when the kernel cuts writes short), which only the journal's lock keeps whole."""
+    real = os.write
+
+    def short_write(fd: int, data: bytes) -> int:
+        time.sleep(0)
+        return real(fd, bytes(data[:700]))
+
+    journal.os.write = short_write  # this child's module only
+    with journal.Writer(path) as writer:
+        for n in range(count):
+            writer.write({"event": "start", "suite": f"w{writer_id}", "id": f"{n}:" + "x" * 5000})
+
+
+def test_concurrent_writers_never_interleave_records(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=_append, args=(path, w, 40)) for w in range(4)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    assert [child.exitcode for child in children] == [0] * 4
+    records = journal.read(path)  # a torn or interleaved line would not parse
+    assert Counter(r["suite"] for r in records) == {f"w{w}": 40 for w in range(4)}
+    for w in range(4):
+        ids = [r["id"] for r in records if r["suite"] == f"w{w}"]
+        assert ids == [f"{n}:" + "x" * 5000 for n in range(40)]
