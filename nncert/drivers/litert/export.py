@@ -58,7 +58,7 @@ import flatbuffers
 import numpy as np
 
 from nncert.drivers.compiled import Unmappable
-from nncert.drivers.litert.fastbuild import FastBuilder
+from nncert.drivers.litert.fastbuild import FastBuilder, pack_model
 from nncert.hal.model import Model, Operand, Operation, Subgraph
 from nncert.hal.transform import CONSTANT, ShapeUnknown, specialize_subgraph
 from nncert.hal.types import OperandLifeTime
@@ -299,7 +299,7 @@ class Graph:
             codes[i] = oc
         m.operatorCodes = codes
         b = BUILDER(1024)
-        b.Finish(m.Pack(b), file_identifier=b"TFL3")
+        b.Finish(pack_model(b, m) if isinstance(b, FastBuilder) else m.Pack(b), file_identifier=b"TFL3")
         return bytes(b.Output())
 
 

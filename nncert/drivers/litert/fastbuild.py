@@ -216,3 +216,120 @@ class FastBuilder(flatbuffers.Builder):
             _I32.pack_into(self.Bytes, object_start, existing - object_offset)
         self.current_vtable = None
         return object_offset
+
+
+# -- the model's most numerous tables, packed as the schema's object API packs them --
+#
+# ``pack_model(builder, model)`` makes the builder calls ``ModelT.Pack`` makes, in the same
+# order (so the same bytes), for the tables an export is mostly made of (subgraphs, tensors,
+# operators, buffers) without the generated code's per-field wrappers, and writes vectors of
+# integers and of offsets in one pass. A table with a field these leave out (sparsity, variant
+# tensors, custom options, metadata, ...) is packed by its own ``Pack``.
+
+
+def _ints(b: FastBuilder, values: Any) -> int:
+    """A vector of int32 (``StartVector(4, n, 4)``, then each element prepended)."""
+    n = len(values)
+    b.StartVector(4, n, 4)
+    head = b.head - 4 * n
+    struct.pack_into(f"<{n}i", b.Bytes, head, *values)
+    b.head = head
+    return b.EndVector()
+
+
+def _offsets(b: FastBuilder, offsets: list[int]) -> int:
+    """A vector of offsets to tables already written (each ``PrependUOffsetTRelative``)."""
+    b.StartVector(4, len(offsets), 4)
+    data, end, head = b.Bytes, len(b.Bytes), b.head
+    for off in reversed(offsets):
+        head -= 4
+        _U32.pack_into(data, head, end - head - off)
+    b.head = head
+    return b.EndVector()
+
+
+def _tensor(b: FastBuilder, t: Any) -> int:
+    if t.sparsity is not None or t.variantTensors is not None or \
+            (t.shape is not None and not isinstance(t.shape, list)) or \
+            (t.shapeSignature is not None and not isinstance(t.shapeSignature, list)):
+        return t.Pack(b)
+    shape = _ints(b, t.shape) if t.shape is not None else None
+    name = b.CreateString(t.name) if t.name is not None else None
+    quantization = t.quantization.Pack(b) if t.quantization is not None else None
+    signature = _ints(b, t.shapeSignature) if t.shapeSignature is not None else None
+    b.StartObject(11)
+    if shape is not None:
+        b.PrependUOffsetTRelativeSlot(0, shape, 0)
+    b._slot(_I8, 1, t.type, 0)
+    b._slot(_U32, 2, t.buffer, 0)
+    if name is not None:
+        b.PrependUOffsetTRelativeSlot(3, name, 0)
+    if quantization is not None:
+        b.PrependUOffsetTRelativeSlot(4, quantization, 0)
+    b._slot(_BOOL, 5, t.isVariable, 0)
+    if signature is not None:
+        b.PrependUOffsetTRelativeSlot(7, signature, 0)
+    b._slot(_BOOL, 8, t.hasRank, 0)
+    b._slot(_U32, 10, t.externalBuffer, 0)
+    return b.EndObject()
+
+
+def _operator(b: FastBuilder, o: Any) -> int:
+    rare = (o.customOptions, o.mutatingVariableInputs, o.intermediates, o.builtinOptions2)
+    if any(x is not None for x in rare) or not isinstance(o.inputs, list) or not isinstance(o.outputs, list):
+        return o.Pack(b)
+    inputs = _ints(b, o.inputs)
+    outputs = _ints(b, o.outputs)
+    options = o.builtinOptions.Pack(b) if o.builtinOptions is not None else None
+    b.StartObject(14)
+    b._slot(_U32, 0, o.opcodeIndex, 0)
+    b.PrependUOffsetTRelativeSlot(1, inputs, 0)
+    b.PrependUOffsetTRelativeSlot(2, outputs, 0)
+    b._slot(_U8, 3, o.builtinOptionsType, 0)
+    if options is not None:
+        b.PrependUOffsetTRelativeSlot(4, options, 0)
+    b._slot(_I8, 6, o.customOptionsFormat, 0)
+    b._slot(_U64, 9, o.largeCustomOptionsOffset, 0)
+    b._slot(_U64, 10, o.largeCustomOptionsSize, 0)
+    b._slot(_U8, 11, o.builtinOptions2Type, 0)
+    b._slot(_I32, 13, o.debugMetadataIndex, -1)
+    return b.EndObject()
+
+
+def _buffer(b: FastBuilder, buf: Any) -> int:
+    return buf.Pack(b)  # its data is a numpy vector already: one copy
+
+
+def _subgraph(b: FastBuilder, sg: Any) -> int:
+    fields = (sg.tensors, sg.inputs, sg.outputs, sg.operators)
+    if any(x is not None and not isinstance(x, list) for x in fields):
+        return sg.Pack(b)
+    tensors = _offsets(b, [_tensor(b, t) for t in sg.tensors]) if sg.tensors is not None else None
+    inputs = _ints(b, sg.inputs) if sg.inputs is not None else None
+    outputs = _ints(b, sg.outputs) if sg.outputs is not None else None
+    operators = _offsets(b, [_operator(b, o) for o in sg.operators]) if sg.operators is not None else None
+    name = b.CreateString(sg.name) if sg.name is not None else None
+    b.StartObject(6)
+    for slot, value in enumerate((tensors, inputs, outputs, operators, name)):
+        if value is not None:
+            b.PrependUOffsetTRelativeSlot(slot, value, 0)
+    b._slot(_I32, 5, sg.debugMetadataIndex, -1)
+    return b.EndObject()
+
+
+def pack_model(b: FastBuilder, m: Any) -> int:
+    """``m.Pack(b)`` (a ModelT), the same bytes."""
+    if any(x is not None for x in (m.metadataBuffer, m.metadata, m.signatureDefs, m.externalBufferGroups,
+                                   m.externalBuffers)) or \
+            any(x is not None and not isinstance(x, list) for x in (m.operatorCodes, m.subgraphs, m.buffers)):
+        return m.Pack(b)
+    codes = _offsets(b, [c.Pack(b) for c in m.operatorCodes]) if m.operatorCodes is not None else None
+    subgraphs = _offsets(b, [_subgraph(b, sg) for sg in m.subgraphs]) if m.subgraphs is not None else None
+    description = b.CreateString(m.description) if m.description is not None else None
+    buffers = _offsets(b, [_buffer(b, buf) for buf in m.buffers]) if m.buffers is not None else None
+    b.StartObject(10)
+    b._slot(_U32, 0, m.version, 0)
+    for slot, value in ((1, codes), (2, subgraphs), (3, description), (4, buffers)):
+        if value is not None:
+            b.PrependUOffsetTRelativeSlot(slot, value, 0)
+    return b.EndObject()
