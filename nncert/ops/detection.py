@@ -1021,9 +1021,8 @@ def _gp_sampler(edge: str = ""):
                 stored_scores = stored_scores.reshape(b, h, w, a)
                 scores = (stored_scores.astype(np.float64) - szp) * sscale
                 stored_deltas = np.round(deltas / dscale + dzp).astype(dtype_of(t))
-                if mode == "scale":  # deltas at the zero point: 0 at whatever scale the edge sets
-                    deltas = np.zeros_like(deltas)  # (at scale 1 a drawn delta of 25 steps is exp(25))
-                    stored_deltas = np.full_like(stored_deltas, dzp)
+                if mode == "scale":
+                    deltas = np.zeros_like(deltas)
                 info[:] = 64.0
             if edge == "empty_image":  # the first image a corner: every proposal clipped below min_size
                 info[0] = (0.125, 0.125)
