@@ -308,6 +308,9 @@ class Graph:
 
 
 _ACT_OPS = {1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}
+#: The catalogue's match of each (operation, input types, output types) exported (read only):
+#: a probe exports every operation of every graph alone.
+_MATCHES: dict[tuple, Any] = {}
 
 
 class Node:
@@ -321,8 +324,13 @@ class Node:
         self.inputs = [None if sg.operands[i].lifetime is OperandLifeTime.NO_VALUE
                        else sg.operands[i] for i in op.inputs]
         self.outputs = [sg.operands[i] for i in op.outputs]
-        self.match = match(self.record, [o and o.type for o in self.inputs],
-                           [o.type for o in self.outputs])
+        key = (op.type, tuple(o and o.type for o in self.inputs), tuple(o.type for o in self.outputs))
+        found = _MATCHES.get(key)
+        if found is None:
+            if len(_MATCHES) >= 4096:
+                _MATCHES.clear()
+            found = _MATCHES[key] = match(self.record, list(key[1]), list(key[2]))
+        self.match = found
         self.signature = self.match.signature.name
         self.nchw = bool(self.record.layout and self.scalar(self.record.layout))
         self.act = int(self.scalar(self.record.activation)) if self.record.activation else 0
