@@ -415,11 +415,14 @@ class OpContext:
         self.signature = m.signature
         self.variant = m.variant
         self.inputs = list(inputs)
+        self._complete = all(self.inputs)  # no input omitted (an Operand is always true)
         self._values = list(values)
         self.outputs = list(outputs)
 
     def positions(self, name: str) -> list[int]:
         """Positions in the input list of the present (not omitted) operands of ``name``."""
+        if self._complete:
+            return list(self.match.positions.get(name, ()))
         return [p for p in self.match.positions.get(name, []) if self.inputs[p] is not None]
 
     def has(self, name: str) -> bool:
