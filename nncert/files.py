@@ -18,10 +18,13 @@ replaces a link; it never writes through one).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 _NEW = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -152,3 +155,35 @@ def open_private(path: str | os.PathLike, flags: int = os.O_RDWR) -> int:
 
 __all__ = ["UnsafePathError", "check_dir", "check_file", "open_append", "open_private", "own_dir",
            "private_dir", "write_atomic"]
+
+
+def share_bytecode(prefix: str | os.PathLike) -> bool:
+    """With PYTHONDONTWRITEBYTECODE set (as on many CI machines), every Python process nncert
+    starts compiles nncert and the suites from source again, about 1 s of CPU each, and a
+    certification or a test session starts hundreds (suites, isolated and service children,
+    the support probe's). This lets the children started from now on share one bytecode cache
+    under ``prefix`` (a private directory: whoever can write into it chooses the code they run)
+    and leaves the sources' directories untouched. False (nothing changed) unless the variable
+    is set and no cache prefix is set already."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return False
+    private_dir(prefix)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    return True
+
+
+@contextlib.contextmanager
+def bytecode_for_children() -> Iterator[None]:
+    """``share_bytecode`` in a temporary directory for the duration (removed with it, the
+    environment restored)."""
+    setting = os.environ.get("PYTHONDONTWRITEBYTECODE")
+    with tempfile.TemporaryDirectory(prefix="nncert-pyc-") as d:
+        if not share_bytecode(Path(d) / "pycache"):
+            yield
+            return
+        try:
+            yield
+        finally:
+            os.environ.pop("PYTHONPYCACHEPREFIX", None)
+            os.environ["PYTHONDONTWRITEBYTECODE"] = setting or "1"

@@ -30,6 +30,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from nncert.files import share_bytecode
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Runs going at once, at most (on two cores the tests keep one).
 PARALLEL = max(1, (os.cpu_count() or 2) - 1)
@@ -51,25 +53,13 @@ def start(directory: str | None = None, worker: str = "main") -> None:
         _dir = Path(directory)
     else:
         _dir = Path(tempfile.mkdtemp(prefix="nncert-bg-"))
-        _share_bytecode(_dir / "pycache")
+        # The session's children share one bytecode cache (nncert.files.share_bytecode), and
+        # this process writes into it too.
+        if share_bytecode(_dir / "pycache"):
+            sys.dont_write_bytecode = False
+            sys.pycache_prefix = str(_dir / "pycache")
         _launcher = subprocess.Popen([sys.executable, __file__, str(_dir)], stdin=subprocess.PIPE, cwd=ROOT)
     os.environ.setdefault("NNCERT_STATE_DIR", str(_dir / f"state-{worker}"))
-
-
-def _share_bytecode(prefix: Path) -> None:
-    """With PYTHONDONTWRITEBYTECODE set (as on the CI machines), every Python process the tests
-    start (hundreds: pytest runs of suites and mutants, isolated and service children, the
-    support probe's) compiled nncert and the test modules from source again, about 1 s of CPU
-    each. The session writes its bytecode under its own scratch ``prefix`` instead (removed at
-    its end; nothing lands beside the sources), so the first process to import a module
-    compiles it and the others read it. The owner sets this before its launcher and its
-    pytest-xdist workers start; they inherit it."""
-    if not sys.flags.dont_write_bytecode and not os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        return
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
-    sys.dont_write_bytecode = False
-    sys.pycache_prefix = str(prefix)
 
 
 def scratch() -> Path:

@@ -747,7 +747,8 @@ def certify(request: Request, stream: TextIO = sys.stderr) -> dict[str, Any]:
         # A CI job's timeout (SIGTERM) ends the run as Ctrl-C does: children stopped, report written.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
-            run_suites(plan, settings, out, progress)
+            with files.bytecode_for_children():
+                run_suites(plan, settings, out, progress)
         except KeyboardInterrupt:
             stream.write(f"\ninterrupted: what ran is recorded; continue: nncert certify --resume {out}\n")
         finally:
