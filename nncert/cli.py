@@ -334,8 +334,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 
 
 def _cmd_graphs(args: argparse.Namespace) -> int:
-    from nncert.drivers import load_driver
-    from nncert.testing import graph_summary, triage
+    from nncert.drivers import DriverSpecError, load_driver
+    from nncert.testing import expectations, graph_summary, triage
     from nncert.testing import random_graphs as rg
 
     shard = _shard(args.shard)
@@ -351,6 +351,12 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
         try:
             peers = triage.parse_peers(args.triage_peers)
         except ValueError as e:
+            raise UsageError(str(e)) from None
+    known: list = []
+    if not args.no_expectations:
+        try:
+            known = expectations.load(args.driver, args.expectations or [])
+        except (expectations.ExpectationsError, DriverSpecError) as e:
             raise UsageError(str(e)) from None
     driver = load_driver(args.driver)
     shrink_runs = 0 if args.no_shrink else rg.SHRINK_RUNS
@@ -386,7 +392,13 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
             if f.verdict:
                 print(f"  {f.verdict['summary']}", file=sys.stderr)
             print(f"  spec: {path}", file=sys.stderr, flush=True)
-        results[r.cell.label] = graph_summary.cell_entry(r)
+        results[r.cell.label] = entry = graph_summary.cell_entry(r)
+        exp = expectations.match(known, graph_summary.test_id(r.cell.label), args.graphs)
+        if exp is not None:  # a strict xfail of the driver's expectations: known, or fixed
+            entry["expected" if r.failure else "unexpected_pass"] = \
+                exp.describe() if r.failure else exp.fixed_message()
+            print(f"  {'known: ' + exp.source if r.failure else 'XPASS(strict): ' + exp.fixed_message()}",
+                  file=sys.stderr, flush=True)
         summarise(False)
 
     try:
@@ -406,7 +418,7 @@ def _print_graphs_summary(summary: dict, out: Path, shard: tuple[int, int] | Non
     of = (f" (shard {shard[0]}/{shard[1]}: merge the shards' directories with `nncert graphs merge "
           f"DIR... --out DIR`)") if shard else ""
     print(f"summary: {out / graph_summary.SUMMARY_FILE}{of}")
-    return 1 if summary["totals"]["failed"] else 0
+    return 1 if graph_summary.unexpected(summary) else 0
 
 
 def _cmd_graphs_merge(args: argparse.Namespace) -> int:
@@ -591,6 +603,11 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
                         "the installed ones of litert, onnxruntime, openvino; iree and tvm compile "
                         "each case)")
     p.add_argument("--no-shrink", action="store_true", help="keep failing graphs as generated")
+    p.add_argument("--expectations", action="append", metavar="PATH",
+                   help="an expectations file of known discrepancies (strict xfails by cell, as "
+                        "conformance/test_random_graphs.py's), besides the driver's own; repeatable")
+    p.add_argument("--no-expectations", action="store_true",
+                   help="ignore every expectations file: known discrepancies fail as they are")
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: a deterministic 1/N of the selected cells (one shard a machine; "
                         "then `nncert graphs merge`)")
@@ -1015,12 +1032,14 @@ def _cmd_findings(args: argparse.Namespace) -> int:
 
 
 def _add_findings(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("findings", help="the catalogue of real runtime defects (findings/, docs/findings.md): "
-                       "list, replay their standalone reproducers, render the page, build a reproducer")
+    p = sub.add_parser("findings", help="the catalogue of real runtime defects (findings/, "
+                       "docs/findings.md): list, replay their standalone reproducers, render the page, "
+                       "build a reproducer")
     p.add_argument("action", choices=("list", "replay", "render", "build"),
                    help="list the findings; replay their reproducers on the installed runtimes (exit 1 "
                         "when one no longer reproduces, or reproduces past its fixed_in); render "
-                        "docs/findings.md; build (rewrite) the reproducers of IDs (or all) from their sources")
+                        "docs/findings.md; build (rewrite) the reproducers of IDs (or all) from their "
+                        "sources")
     p.add_argument("ids", nargs="*", metavar="ID", help="findings to act on (default: all)")
     p.add_argument("--out", metavar="FILE", help="render: write the page here (default: docs/findings.md)")
     p.set_defaults(func=_cmd_findings)

@@ -300,7 +300,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     known = config.stash.get(_EXPECTATIONS, [])
     if known:
         for item in items:
-            exp = expectations.match(known, item.nodeid)
+            exp = expectations.match(known, item.nodeid, config.getoption("graphs"))
             if exp is not None:
                 item.add_marker(pytest.mark.xfail(strict=True, reason=exp.describe()))
                 # Reports copy the item's properties: the waiver travels with the outcome.
@@ -663,7 +663,8 @@ class OutcomeRecorder:
         reason = f"the test's worker process died in this test ({_worker_end(report)})"
         report.user_properties.extend([("req", list(req or [])), ("nncert_outcome", str(Kind.CRASH)),
                                        ("nncert_reason", reason)])
-        known = expectations.match(self.config.stash.get(_EXPECTATIONS, []), crashitem)
+        known = expectations.match(self.config.stash.get(_EXPECTATIONS, []), crashitem,
+                                   self.config.getoption("graphs"))
         if known is not None:  # an expected crash: the worker's strict xfail never got to say so
             report.outcome, report.wasxfail = "skipped", known.describe()
             report.user_properties.append(("nncert_expectation", _expectation_record(known)))

@@ -48,6 +48,17 @@ class Run:
     shard: tuple[int, int] = (1, 1)
 
 
+def test_id(label: str) -> str:
+    """The pytest node id of cell ``label`` (what the drivers' expectations files name)."""
+    return f"conformance/test_random_graphs.py::test_random_graph[{label}]"
+
+
+def unexpected(summary: dict[str, Any]) -> int:
+    """Cells whose outcome no expectation foresaw: failures not covered, covered passes."""
+    t = summary["totals"]
+    return t["failed"] - t.get("waived", 0) + t.get("xpass", 0)
+
+
 def cell_entry(r: CellResult) -> dict[str, Any]:
     """One cell's outcome as the summary records it."""
     entry: dict[str, Any] = {"seed": r.seed, "passed": r.passed, "declined": r.declined,
@@ -72,6 +83,9 @@ def build(run: Run, cells: Sequence[str], results: dict[str, dict[str, Any]], se
         for k in ("passed", "declined", "failed"):
             totals[k] += entry[k]
     totals["graphs"] = totals["passed"] + totals["declined"] + totals["failed"]
+    # failures an expectations entry covers (known), and cells an entry covers that passed
+    totals["waived"] = sum(1 for e in results.values() if e.get("expected"))
+    totals["xpass"] = sum(1 for e in results.values() if e.get("unexpected_pass"))
     return {
         "format": FORMAT, "nncert": __version__,
         "driver": {"spec": run.driver, "version_string": run.version_string},
@@ -91,14 +105,20 @@ def write(out: Path, summary: dict[str, Any], sync: bool = True) -> Path:
 def final_lines(summary: dict[str, Any], out: Path) -> list[str]:
     """The lines a run ends with: the totals, then each failure and its replay command."""
     t = summary["totals"]
+    known = f" ({t['waived']} known)" if t.get("waived") else ""
+    xpass = f", {t['xpass']} known discrepancies did not show (XPASS)" if t.get("xpass") else ""
     lines = [f"{len(summary['cells'])} cells, {t['graphs']} graphs: {t['passed']} passed, "
-             f"{t['declined']} declined, {t['failed']} failed ({summary['seconds']:.1f} s, "
+             f"{t['declined']} declined, {t['failed']} failed{known}{xpass} ({summary['seconds']:.1f} s, "
              f"seed {summary['seed']})"]
     for label in summary["cells"]:
-        failure = summary["results"].get(label, {}).get("failure")
+        entry = summary["results"].get(label, {})
+        failure = entry.get("failure")
         if failure:
-            lines.append(f"FAIL {failure['headline']}\n  replay: nncert repro {out / failure['spec']} "
+            word = "KNOWN" if entry.get("expected") else "FAIL"
+            lines.append(f"{word} {failure['headline']}\n  replay: nncert repro {out / failure['spec']} "
                          f"--driver {summary['driver']['spec']}")
+        if entry.get("unexpected_pass"):
+            lines.append(f"XPASS {label}: {entry['unexpected_pass']}")
     return lines
 
 
