@@ -183,10 +183,18 @@ class IREEDriver(CompiledDriver):
 
     # -- what can be expressed --
     def operation_problem(self, model: Model, index: int) -> str | None:
-        """The exporter's reason for the operation alone, or IREE's own rules (no WHILE)."""
+        """The exporter's reason for the operation alone, or IREE's own rules (no WHILE, no
+        GENERATE_PROPOSALS)."""
         from nncert.drivers.onnxruntime.export import exported_operation
 
-        return _while_problem(model, model.main.operations[index]) or exported_operation(model, index)[0]
+        op = model.main.operations[index]
+        if op.type is OperationType.GENERATE_PROPOSALS:
+            # Found by conformance (GENERATE_PROPOSALS-float32-*-s2, 3.13.0): claimed, then refused
+            # at run time whenever a proposal is filtered out (DRV-2).
+            return ("IREE's NonMaxSuppression refuses a score threshold above the lowest score "
+                    "('unimplemented: score_threshold should be <= min(scores)'), and the export masks "
+                    "the proposals filtered by size or pre_nms_max with -inf scores")
+        return _while_problem(model, op) or exported_operation(model, index)[0]
 
     # -- HAL model -> ONNX -> vmfb --
     def translate(self, model: Model) -> bytes:
