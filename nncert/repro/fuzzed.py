@@ -100,13 +100,25 @@ class FuzzFinding:
 
 
 def is_finding(path: str | os.PathLike) -> bool:
-    """Whether ``path`` names a fuzz finding rather than a spec file or a test id: a directory,
-    a ``spec.json``, or an input file (``minimized``, ``original``) beside one."""
+    """Whether ``path`` names a fuzz finding rather than a random-graph spec file or a test id:
+    a directory, or a finding's ``spec.json`` or input file (``minimized``, ``original``): one
+    of them beside the other (a graph spec may be called spec.json too)."""
     p = Path(path)
     if p.is_dir():
         return True
-    beside = p.name in ("minimized", "original") and (p.parent / "spec.json").is_file()
-    return p.name == "spec.json" or beside
+    inputs = [p.parent / name for name in ("minimized", "original")]
+    if p.name == "spec.json":
+        if any(i.is_file() for i in inputs):
+            return True
+        from nncert.datafiles import DataFileError, read_json
+        from nncert.testing.graphs import SPEC_FORMAT
+
+        try:  # a finding's spec.json alone holds its input too
+            doc = read_json(p, allow_nonfinite=True)  # (a graph spec's criteria may be infinite)
+        except DataFileError:
+            return False  # the graph spec reader says what is wrong with it
+        return not (isinstance(doc, dict) and doc.get("format") == SPEC_FORMAT)
+    return p in inputs and (p.parent / "spec.json").is_file()
 
 
 def load_finding(path: str | os.PathLike) -> FuzzFinding:
