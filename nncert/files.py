@@ -14,6 +14,8 @@ replaces a link; it never writes through one).
   nncert's own state (caches, locks, measured figures).
 - ``write_atomic``, ``open_append``, ``open_private``: the three ways nncert writes a file;
   ``check_file`` for a file another library opens (sqlite).
+- ``share_bytecode``, ``bytecode_for_children``: where Python may write bytecode for nncert's
+  children when the environment forbids writing it beside the sources (a private directory).
 """
 
 from __future__ import annotations
@@ -153,10 +155,6 @@ def open_private(path: str | os.PathLike, flags: int = os.O_RDWR) -> int:
     return _open_own(path, flags, 0o600)
 
 
-__all__ = ["UnsafePathError", "check_dir", "check_file", "open_append", "open_private", "own_dir",
-           "private_dir", "write_atomic"]
-
-
 def share_bytecode(prefix: str | os.PathLike) -> bool:
     """With PYTHONDONTWRITEBYTECODE set (as on many CI machines), every Python process nncert
     starts compiles nncert and the suites from source again, about 1 s of CPU each, and a
@@ -187,3 +185,7 @@ def bytecode_for_children() -> Iterator[None]:
         finally:
             os.environ.pop("PYTHONPYCACHEPREFIX", None)
             os.environ["PYTHONDONTWRITEBYTECODE"] = setting or "1"
+
+
+__all__ = ["UnsafePathError", "bytecode_for_children", "check_dir", "check_file", "open_append",
+           "open_private", "own_dir", "private_dir", "share_bytecode", "write_atomic"]
