@@ -10,6 +10,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import background_runs
+import numpy as np
 import pytest
 
 from nncert.drivers import load_driver
@@ -161,6 +162,30 @@ def test_missing_failing_and_hung_peers_do_not_change_the_outcome(monkeypatch):
         # Killed at its deadline, and started again for the second case (not found dead).
         assert "HANG" in verdict.peers[1].detail and "no answer within 3.0 s" in verdict.peers[1].detail
         assert verdict.summary.endswith("-> vendor-npu is the odd one out")
+
+
+def test_a_nan_of_the_driver_is_an_answer_no_peer_with_a_number_agrees_with(monkeypatch):
+    """The criteria skip non-finite expected values (a NaN of the reference leaves the element
+    open); judged against the driver's outputs, its NaN must still be matched."""
+    monkeypatch.setattr(triage, "PEERS", {"ref": ("reference", ("numpy",))})
+    case = next(sample_case(*key) for key in enumerate_cases((0,))
+                if key[0].type is OperationType.ADD and key[2].label == "float32" and not key[4])
+    model, feeds = case.model()
+
+    def skipping_non_finite(one, other):  # as compare_graph judges a random graph
+        return all(np.allclose(o[np.isfinite(o)], t[np.isfinite(o)]) for o, t in zip(one, other))
+
+    judge = triage.Triage("vendor-npu", budget=2)
+    try:
+        nan = [e.copy() for e in case.expected]
+        nan[0].flat[0] = np.nan
+        wrong = judge.verdict(model, feeds, case.expected, nan, agree=skipping_non_finite)
+        same = judge.verdict(model, feeds, case.expected, case.expected, agree=skipping_non_finite)
+    finally:
+        judge.close()
+    assert [p.verdict for p in wrong.peers] == ["agrees-reference"]
+    assert wrong.summary == "N-way verdict: ref agrees with reference -> vendor-npu is the odd one out"
+    assert [p.verdict for p in same.peers] == ["agrees-both"]
 
 
 def test_once_the_triage_time_is_spent_no_more_cases_are_triaged(monkeypatch):

@@ -306,7 +306,7 @@ class Triage:
         except Exception as e:  # a peer's own trouble must not change the test's outcome
             return PeerResult(name, "error", f"{type(e).__name__}: {e}"[:200]), None
         vs_reference = agree(expected, got)
-        vs_driver = actual is not None and agree(actual, got)
+        vs_driver = actual is not None and agree(actual, got) and _same_non_finite(actual, got)
         verdict = {(True, True): "agrees-both", (True, False): "agrees-reference",
                    (False, True): "agrees-driver", (False, False): "differs"}[(vs_reference, vs_driver)]
         return PeerResult(name, verdict), got
@@ -315,6 +315,22 @@ class Triage:
         for d in self._drivers.values():
             d.close()
         self._drivers.clear()
+
+
+def _same_non_finite(driver: Sequence[np.ndarray], peer: Sequence[np.ndarray]) -> bool:
+    """Whether the peer has the driver's every NaN and infinity in the same places. The
+    criteria skip the non-finite elements of their expected side, which is right for the
+    reference (its NaN leaves an element undefined) but not for the driver's outputs: a NaN
+    from the driver is its answer, and a peer with a number there does not agree with it
+    (IREE's NaN from a slice read out of bounds was "agreed with" by every peer)."""
+    for d, p in zip(driver, peer):
+        d, p = np.asarray(d), np.asarray(p)
+        if d.dtype.kind != "f" or d.shape != p.shape:
+            continue  # the criteria judge shapes and non-float types
+        odd = ~np.isfinite(d)
+        if odd.any() and not np.array_equal(d[odd], p[odd].astype(d.dtype), equal_nan=True):
+            return False
+    return True
 
 
 #: The session's triage, set by the pytest plugin (None: off).
