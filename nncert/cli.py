@@ -298,8 +298,8 @@ def _add_mlts(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--margin", type=float, default=20.0, metavar="SECONDS",
                    help="how long past its duration a case may go before it is a HANG (default: 20)")
     p.add_argument("--max-slowdown", type=float, default=1.5, metavar="RATIO",
-                   help="performance_degradation: the most the median latency may grow beside a "
-                        "compilation (default: 1.5)")
+                   help="performance_degradation: the most the inference latency (its fastest fifth) "
+                        "may grow beside a compilation (default: 1.5)")
     p.set_defaults(func=_cmd_mlts_stress)
 
 

@@ -12,8 +12,9 @@ Modes (``MODES``), each scaled by a duration in seconds:
 - ``client_termination``: clients SIGKILLed at random moments mid-run; then a new client must work;
 - ``multiprocess_load_kill``: clients preparing models, random ones killed; then a new client must work;
 - ``random_models``: random catalogue cases, each against its golden (declined operations skipped);
-- ``performance_degradation``: median latency beside a process compiling in a loop vs. beside one
-  that only computes, the same number of busy processes (at most 1.5x).
+- ``performance_degradation``: inference latency (its fastest fifth; medians reported) beside a
+  process compiling in a loop vs. beside one that only computes, the same number of busy
+  processes (at most 1.5x).
 
 Every result is checked against the golden (``run_model``) with the ACC-1..3 tolerances. Each case
 runs in a forked child (``run_isolated``) whose deadline is its duration plus a margin, so a
@@ -620,10 +621,18 @@ def _random_models(case: Case) -> dict[str, Any]:
 def _judge_slowdown(counters: dict[str, Any], config: StressConfig) -> str | None:
     if counters["slowdown"] <= config.max_slowdown:
         return None
-    return (f"median latency {counters['median_loaded_ms']:.3f} ms beside a compilation vs "
-            f"{counters['median_alone_ms']:.3f} ms beside a computation: {counters['slowdown']:.2f}x > "
-            f"{config.max_slowdown:g}x")
+    return (f"the fastest fifth of inferences took {counters['low_loaded_ms']:.3f} ms beside a compilation "
+            f"vs {counters['low_alone_ms']:.3f} ms beside a computation (medians "
+            f"{counters['median_loaded_ms']:.3f} vs {counters['median_alone_ms']:.3f} ms): "
+            f"{counters['slowdown']:.2f}x > {config.max_slowdown:g}x")
 
+
+#: performance_degradation judges this quantile of the latencies (the fastest fifth): on a host
+#: short of cores, waiting for a core lengthens some inferences of either window at random (the
+#: tail, and with it the median, moved 0.4x-2.9x between runs of an unchanged driver beside a
+#: busy test session), while a driver that slows down beside a compilation (a lock, shared
+#: threads, memory) lengthens them all, the fastest included.
+SLOWDOWN_QUANTILE = 20
 
 #: performance_degradation alternates this many windows beside a computation and beside a
 #: compilation, so that both see the same host: a load that comes and goes cannot favour one.
@@ -662,8 +671,8 @@ def _latencies_beside(clients: _Clients, runner: Runner, window: float) -> list[
 @_mode("performance_degradation", unit="inference", judge=_judge_slowdown,
        models=lambda config: [*_the_stress_model(config), _larger_model(config.seed)])
 def _performance_degradation(case: Case) -> dict[str, Any]:
-    """Median inference latency beside another process compiling a larger model in a loop vs.
-    beside a process that only computes: the slowdown must stay within max_slowdown (1.5x).
+    """Inference latency (the fastest fifth, SLOWDOWN_QUANTILE) beside another process compiling
+    a larger model in a loop vs. beside a process that only computes: the slowdown must stay within max_slowdown (1.5x).
     The control window keeps as many processes runnable as the measured one, so that a host
     short of cores (a CI runner, a test session beside other work) slows both alike and the
     ratio is the compilation's own effect: the driver's locks, threads and memory, not the
@@ -686,10 +695,13 @@ def _performance_degradation(case: Case) -> dict[str, Any]:
             loaded += _latencies_beside(compiling, runner, window)
             if time.monotonic() >= case.end:  # slow compilations: fewer rounds, not a HANG
                 break
-    median_control, median_loaded = statistics.median(control), statistics.median(loaded)
-    # (median_alone_ms: the control window's, under the name earlier journals and reports use)
-    return {"iterations": len(control) + len(loaded), "median_alone_ms": median_control * 1e3,
-            "median_loaded_ms": median_loaded * 1e3, "slowdown": median_loaded / median_control,
+    low_control, low_loaded = (float(np.percentile(x, SLOWDOWN_QUANTILE)) for x in (control, loaded))
+    # (*_alone_ms: the control window's, under the name earlier journals and reports use)
+    return {"iterations": len(control) + len(loaded),
+            "median_alone_ms": statistics.median(control) * 1e3,
+            "median_loaded_ms": statistics.median(loaded) * 1e3,
+            "low_alone_ms": low_control * 1e3, "low_loaded_ms": low_loaded * 1e3,
+            "slowdown": low_loaded / low_control,
             "compilations": compiling.totals["compilations"]}
 
 
