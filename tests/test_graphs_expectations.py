@@ -73,3 +73,22 @@ def test_a_bad_graphs_key_is_a_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'graphs' must be the index" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_crash_guard_applies_the_same_rule(tmp_path):
+    """A child that dies in a covered cell is an expected CRASH only in runs past the entry's K."""
+    from types import SimpleNamespace
+
+    from nncert.testing.crash_guard import Guard
+
+    def guard(graphs: int) -> Guard:
+        options = {"crash_guard_timeout": 3.0, "maxfail": 0, "nncert_suite": None, "nncert_journal": None,
+                   "no_expectations": False, "driver": DRIVER, "graphs": graphs,
+                   "expectations": [str(_file(tmp_path, FIRST))]}
+        config = SimpleNamespace(getoption=options.__getitem__,
+                                 invocation_params=SimpleNamespace(args=(), dir=tmp_path))
+        return Guard(config)
+
+    nodeid = f"conformance/test_random_graphs.py::test_random_graph[{CELL}]"
+    assert guard(FIRST + 1)._expected(nodeid) is not None
+    assert guard(FIRST)._expected(nodeid) is None

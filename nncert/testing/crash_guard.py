@@ -204,7 +204,7 @@ class Guard:
                                                    self.config.getoption("expectations"))
                 except (ValueError, OSError):
                     pass  # the child said what is wrong with them, and stopped
-        return expectations.match(self.known, test_id)
+        return expectations.match(self.known, test_id, self.config.getoption("graphs"))
 
     def rerun(self, test_id: str) -> str:
         # `nncert test` runs the suites from anywhere (its own -c and --rootdir): rerun the same way.
