@@ -137,8 +137,10 @@ def build(finding: Finding, out_dir: str | Path | None = None) -> Path:
     if staging.exists():
         shutil.rmtree(staging)
     if "::" in finding.build:
-        # A crash the support probe found is declined by the driver: written all the same.
-        standalone.write_of_test(finding.build, finding.driver, staging, declined=finding.symptom == "crash")
+        # A crash or a refusal the support probe found is declined by the driver: written all
+        # the same (a wrong result is never declined: the probe does not judge values).
+        standalone.write_of_test(finding.build, finding.driver, staging,
+                                 declined=finding.symptom != "wrong result")
     else:
         from nncert.drivers import load_driver
         from nncert.testing.graphs import SpecError, load_spec
