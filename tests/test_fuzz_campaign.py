@@ -1,6 +1,7 @@
 """The fuzz campaign runner and ``nncert fuzz`` (VAL-3), on a toy target of our own: a script
 that follows the fuzz-script contract, aborts the process on inputs starting with b"CR",
-raises a Finding-like exception on b"FI" and (when asked) hangs on b"HA"."""
+raises a Finding-like exception on b"FI" and (when asked) hangs on b"HA"; with TOY_KEEP_GOING
+set it goes on past what Python raises, as the registered targets' scripts do."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import importlib.util
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from nncert.cli import main
-from nncert.fuzz.campaign import SCRIPTS_DIR, minimise
+from nncert.fuzz import Finding
+from nncert.fuzz.campaign import SCRIPTS_DIR, keep_going, minimise, replay, worker_hits
 
 pytest.importorskip("atheris")
 
@@ -67,7 +70,12 @@ if __name__ == "__main__":
         i = argv.index("--driver")
         driver = argv[i + 1]
         del argv[i:i + 2]
-    atheris.Setup(argv, make(driver))
+    one = make(driver)
+    if os.environ.get("TOY_KEEP_GOING"):
+        from nncert.fuzz.campaign import keep_going
+
+        one, argv = keep_going(one, argv)
+    atheris.Setup(argv, one)
     atheris.Fuzz()
 '''
 
@@ -131,6 +139,64 @@ def test_campaign_finds_dedups_journals_and_keeps_going(toy, tmp_path, capsys):
     progress = [line for line in captured.err.splitlines() if line.startswith("[")]
     assert len(progress) >= 3 and all("execs" in p and "corpus" in p and "findings" in p for p in progress)
     assert f"FINDING {FINDING_KEY}" in captured.out and "replay: nncert fuzz replay" in captured.out
+
+
+def test_a_worker_that_keeps_going_survives_findings_and_still_stops_on_crashes(
+        toy, tmp_path, monkeypatch):
+    """Issue 23: a Finding no longer ends the worker (each restart reloaded the whole corpus);
+    it is written once as a finding- artifact, replayed and recorded as before, and every hit
+    is counted. A crash still ends the run, is replayed in isolation and its seed dropped."""
+    monkeypatch.setenv("TOY_KEEP_GOING", "1")
+    corpus = tmp_path / "extra"
+    corpus.mkdir()
+    (corpus / "fi").write_bytes(b"FI0")  # a seed that raises as soon as it is loaded
+    (corpus / "cr").write_bytes(b"CR3")
+    out = tmp_path / "out"
+    code = main(["fuzz", str(toy), "--time", "4", "--timeout", "2", "--seed", "1", "--minimize-time", "1",
+                 "--corpus", str(corpus), "--out", str(out)])
+    assert code == 1
+    findings = {r["key"]: r for r in _records(out) if r["event"] == "finding"}
+    assert set(findings) == {CRASH_KEY, FINDING_KEY}
+    assert findings[FINDING_KEY]["artifact_kind"] == "finding"
+    assert findings[FINDING_KEY]["message"].startswith("accepted b'FI")
+    assert findings[CRASH_KEY]["artifact_kind"] == "crash" and findings[CRASH_KEY]["signal"] == "SIGABRT"
+    summary = json.loads((out / "summary.json").read_text())
+    log = (out / "logs" / "worker-0.log").read_text()
+    assert "Uncaught Python exception" not in log  # no run ended on the Finding
+    assert log.count("--- run ") == summary["worker_runs"] >= 2  # the crashes ended runs
+    # each run wrote the Finding's key once, and counted every input that raised it
+    assert 1 <= len(list((out / "artifacts").glob("finding-*"))) <= summary["worker_runs"]
+    assert summary["worker_hits_by_key"][FINDING_KEY] >= 1
+    assert (out / "corpus" / hashlib.sha1(b"FI0").hexdigest()).exists()  # it stops no worker: kept
+    assert not (out / "corpus" / hashlib.sha1(b"CR3").hexdigest()).exists()
+
+
+def test_keep_going_writes_a_key_once_counts_every_hit_and_lets_deaths_through(tmp_path):
+    def one(data: bytes) -> None:
+        if data[:1] == b"F":
+            raise Finding("wrong-result", f"bad {data!r}", "ADD", "NONE")
+        if data[:1] == b"E":
+            raise KeyError(data)
+        if data[:1] == b"D":  # a hosted driver died: the worker must restart
+            raise Finding("crash", "the service died", "ADD", "DEVICE_UNAVAILABLE")
+
+    hits = tmp_path / "hits"
+    argv = ["toy.py", f"--keep-going={hits}", f"-artifact_prefix={tmp_path}/", "corpus"]
+    assert keep_going(one, argv[:1] + argv[2:]) == (one, argv[:1] + argv[2:])  # not a worker: as it is
+    fn, rest = keep_going(one, argv)
+    assert rest == ["toy.py", f"-artifact_prefix={tmp_path}/", "corpus"]
+    for data in (b"F1", b"ok", b"F2", b"E1", b"F1"):
+        fn(data)
+    with pytest.raises(Finding):
+        fn(b"D1")
+    written = {p.name for p in tmp_path.glob("finding-*")}
+    assert written == {f"finding-{hashlib.sha1(d).hexdigest()}" for d in (b"F1", b"E1")}
+    exception_key = "EXCEPTION|test_fuzz_campaign.py:one|KeyError"
+    assert worker_hits([hits, tmp_path / "none"]) == {"wrong-result|ADD|NONE": 3, exception_key: 1}
+    # the worker's keys are the replay's
+    toy = SimpleNamespace(name="t", needs_driver=False, make=lambda driver: one)
+    assert replay(toy, None, b"F2", 10).key == "wrong-result|ADD|NONE"
+    assert replay(toy, None, b"E1", 10).key == exception_key
 
 
 def test_replay_verdicts_and_exit_codes(toy, tmp_path, capsys):

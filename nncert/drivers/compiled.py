@@ -68,6 +68,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from nncert.drivers import probe_verdicts
 from nncert.drivers.base import Deadline, Driver, PreparedModel, check_deadline, check_preparation, timing_for
 from nncert.drivers.probe import omittable_inputs, probe_operations
 from nncert.hal.errors import HalError, ValidationError
@@ -490,8 +491,20 @@ class CompiledDriver(Driver):
             for p in plans:
                 if isinstance(p, _Probe) and p.key not in self._probes:
                     todo.setdefault(p.key, p)
+            store = probe_verdicts.current()  # a fuzz campaign's, shared by its processes
+            space = store.space(self) if store is not None and todo else None
+            stored: dict[bytes, str | None] = {}
+            if space is not None:
+                for key in list(todo):
+                    hit, verdict = space.get(key)
+                    if hit:
+                        stored[key] = verdict
+                        del todo[key]
             found = dict(zip(todo, probe_operations(self, [(p.single, p.omittable) for p in todo.values()]),
                              strict=True)) if todo else {}
+            if space is not None and found:
+                space.put(found)
+            found.update(stored)
             verdicts = [(found[p.key] if p.key in found else self._probes[p.key]) if isinstance(p, _Probe)
                         else p for p in plans]
             if len(self._probes) + len(found) > PROBE_CACHE:  # a fuzz campaign's endless variety

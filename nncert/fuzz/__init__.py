@@ -19,8 +19,9 @@ import re
 #: The harness's own modules, which the atheris scripts leave uninstrumented: coverage feedback
 #: (and its cost, about 4x per instrumented line) goes to the code under test, the validator,
 #: the drivers and the kernels, not to the decoding of inputs or the oracles.
-HARNESS_MODULES = ("nncert.fuzz", "nncert.fuzz.decode", "nncert.fuzz.targets", "nncert.hal.model",
-                   "nncert.testing.cases", "nncert.testing.criteria")
+HARNESS_MODULES = ("nncert.fuzz", "nncert.fuzz.decode", "nncert.fuzz.targets", "nncert.fuzz.campaign",
+                   "nncert.hal.model", "nncert.testing.cases", "nncert.testing.criteria",
+                   "nncert.drivers.probe_verdicts")
 
 _LINE = re.compile(r"Finding: \[([^|\]]*)\|([^|\]]*)\|([^|\]]*)\] ?(.*)")
 

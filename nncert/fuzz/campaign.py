@@ -17,8 +17,14 @@ Why independent workers and not libFuzzer's ``-fork=N``: fork mode (and
 ``-minimize_crash``) re-executes ``argv[0]`` as a program, which for atheris is the
 ``.py`` script, so every job dies at once with exit status 127. N plain libFuzzer
 processes sharing one corpus directory (libFuzzer reloads it, ``-reload``) do the same
-work; a worker that stops on a crash, a Finding or a timeout is restarted with the next
-seed until the time is up.
+work; a worker that stops on a crash or a timeout is restarted with the next seed until the
+time is up.
+
+A worker of a registered target goes on past what Python raises (a Finding, an exception of
+nncert's own), writing the input as a ``finding-<sha1>`` artifact the first time it meets its
+key (``keep_going``): a restart loads the whole corpus again, for a compiled driver every seed
+through its support probe, and a LiteRT campaign that restarted on every known discrepancy
+met ran at a few executions a second. The recorded verdict is the replay's all the same.
 """
 
 from __future__ import annotations
@@ -50,8 +56,11 @@ from nncert.testing.outcome import Kind, run_isolated, signal_name
 #: Where the targets' atheris scripts live: ``fuzz/<name>.py`` of the suites (nncert.resources).
 SCRIPTS_DIR = suites_root() / "fuzz"
 
-#: libFuzzer's artifact names: ``<kind>-<sha1 of the input>``.
-ARTIFACT_KINDS = ("crash", "timeout", "oom", "leak")
+#: libFuzzer's artifact names: ``<kind>-<sha1 of the input>``; ``finding``: what a worker that
+#: goes on past an exception wrote (``keep_going``).
+ARTIFACT_KINDS = ("crash", "timeout", "oom", "leak", "finding")
+#: The artifacts of inputs that ended their worker: a seed among them is dropped from the corpus.
+_FATAL_KINDS = ("crash", "timeout", "oom", "leak")
 
 #: Flags the campaign itself sets; passing them after ``--`` would break it.
 RESERVED_FLAGS = ("fork", "jobs", "workers", "artifact_prefix", "exact_artifact_path", "timeout",
@@ -191,24 +200,114 @@ def _frame_label(filename: str, function: str) -> str:
     return f"{Path(filename).name}:{function}"
 
 
-def _one_input(target: Target, driver: str | None, data: bytes) -> dict[str, Any]:
+def raised(e: Exception) -> dict[str, Any]:
+    """What an exception a target raised is, as a Verdict's fields: a FINDING under the oracle's
+    own key, or an EXCEPTION keyed by where it was raised and its type. One classification
+    for the replay and for a worker that goes on past it (``keep_going``), so that both
+    de-duplicate alike."""
+    tb = traceback.extract_tb(e.__traceback__)
+    frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(tb)
+              if not f.filename.endswith(_HARNESS_FILES)]
+    key = getattr(e, "key", None)
+    message = next((line for line in str(e).splitlines() if line.strip()), "")
+    if callable(key):  # a Finding: the oracle's own key
+        return {"kind": "FINDING", "key": str(key()), "message": message, "frames": frames,
+                "test": getattr(e, "test", "")}
+    where = _frame_label(tb[-1].filename, tb[-1].name) if tb else ""
+    return {"kind": "EXCEPTION", "key": f"EXCEPTION|{where}|{type(e).__name__}",
+            "message": f"{type(e).__name__}: {message}", "frames": frames}
+
+
+def _one_input(target: Target, driver: str | None, data: bytes,
+               verdicts: Path | None = None) -> dict[str, Any]:
     """In the child: build the target's function, run the input, report what it raised."""
+    if verdicts is not None:
+        from nncert.drivers import probe_verdicts
+        probe_verdicts.use(verdicts)
     fn = target.make(driver if target.needs_driver else None)
     try:
         fn(data)
     except Exception as e:
-        tb = traceback.extract_tb(e.__traceback__)
-        frames = [f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(tb)
-                  if not f.filename.endswith(_HARNESS_FILES)]
-        key = getattr(e, "key", None)
-        message = next((line for line in str(e).splitlines() if line.strip()), "")
-        if callable(key):  # a Finding: the oracle's own key
-            return {"kind": "FINDING", "key": str(key()), "message": message, "frames": frames,
-                    "test": getattr(e, "test", "")}
-        where = _frame_label(tb[-1].filename, tb[-1].name) if tb else ""
-        return {"kind": "EXCEPTION", "key": f"EXCEPTION|{where}|{type(e).__name__}",
-                "message": f"{type(e).__name__}: {message}", "frames": frames}
+        return raised(e)
     return {"kind": "NONE"}
+
+
+# ---------------------------------------------------------------------------------------
+# The worker's side: going on past what Python raises
+
+#: The argument a campaign gives each worker's script: ``--keep-going=FILE`` (libFuzzer
+#: ignores arguments that start with ``--``, so a script that does not honour it is unharmed).
+KEEP_GOING = "--keep-going="
+
+#: The argument that gives a worker its campaign's store of support-probe verdicts:
+#: ``--probe-verdicts=DIR`` (nncert.drivers.probe_verdicts).
+PROBE_VERDICTS = "--probe-verdicts="
+
+#: Finding kinds that mean the driver's process is gone or stuck (a hosted driver that died or
+#: hung): the worker stops on them as on a crash, and starts again with a fresh driver.
+_PROCESS_KINDS = ("crash", "hang")
+
+
+def keep_going(one_input: Callable[[bytes], None],
+               argv: list[str]) -> tuple[Callable[[bytes], None], list[str]]:
+    """``one_input`` for a campaign's worker when ``argv`` holds ``--keep-going=FILE`` (and
+    ``argv`` without it); else both as they are.
+
+    What Python raises (a Finding, any other exception) no longer ends the worker: that cost
+    a restart, which loads the whole corpus again (for a compiled driver, every seed through
+    its support probe), per known discrepancy met. Instead the input is written where
+    libFuzzer writes its artifacts, as ``finding-<sha1>``, the first time the worker meets
+    its key (``raised``: the replay's own classification); the campaign replays it in a child
+    process like any artifact, so what is recorded is still the replay's verdict. Every time
+    a key is met, ``KEY<TAB>sha1`` is appended to FILE (the campaign's count of them). Crashes
+    and hangs of the process are libFuzzer's as before, and so are a hosted driver's deaths
+    (Findings of kind crash or hang): the worker stops and is started again."""
+    hits = next((a[len(KEEP_GOING):] for a in argv if a.startswith(KEEP_GOING)), None)
+    if hits is None:
+        return one_input, argv
+    argv = [a for a in argv if not a.startswith(KEEP_GOING)]
+    prefix = next((a.partition("=")[2] for a in argv if a.startswith("-artifact_prefix=")), "")
+    fd = files.open_append(hits)
+    written: set[str] = set()
+
+    def surviving(data: bytes) -> None:
+        try:
+            one_input(data)
+        except Exception as e:
+            found = raised(e)
+            if found["kind"] == "FINDING" and found["key"].split("|", 1)[0] in _PROCESS_KINDS:
+                raise
+            key, digest = found["key"], content_name(data)
+            if key not in written:
+                files.write_atomic(f"{prefix}finding-{digest}", data, sync=False)
+                written.add(key)
+            os.write(fd, f"{key}\t{digest}\n".encode())
+
+    return surviving, argv
+
+
+def use_probe_verdicts(argv: list[str]) -> list[str]:
+    """A worker's ``--probe-verdicts=DIR`` taken out of ``argv``, and its store put in use."""
+    for a in argv:
+        if a.startswith(PROBE_VERDICTS):
+            from nncert.drivers import probe_verdicts
+            probe_verdicts.use(a[len(PROBE_VERDICTS):])
+    return [a for a in argv if not a.startswith(PROBE_VERDICTS)]
+
+
+def worker_hits(paths: Iterable[Path]) -> dict[str, int]:
+    """key -> the times workers met it (``keep_going``'s files), a line a kill cut short left out."""
+    counts: dict[str, int] = {}
+    for path in paths:
+        try:
+            text = path.read_bytes().decode(errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.split("\n")[:-1]:  # the last: empty, or torn
+            key = line.rpartition("\t")[0]
+            if key:
+                counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _dump_frames(text: str) -> list[str]:
@@ -221,9 +320,11 @@ def _dump_frames(text: str) -> list[str]:
     return frames
 
 
-def replay(target: Target, driver: str | None, data: bytes, timeout: float) -> Verdict:
-    """Run ``data`` through the target in a forked child with a deadline, and classify it."""
-    outcome = run_isolated(_one_input, target, driver, data, timeout=timeout)
+def replay(target: Target, driver: str | None, data: bytes, timeout: float,
+           verdicts: Path | None = None) -> Verdict:
+    """Run ``data`` through the target in a forked child with a deadline, and classify it;
+    with ``verdicts``, a campaign's store of support-probe verdicts (nncert.drivers.probe_verdicts)."""
+    outcome = run_isolated(_one_input, target, driver, data, verdicts, timeout=timeout)
     if outcome.kind is Kind.SUCCESS:
         return Verdict(**outcome.value, detail=outcome.stderr_tail)
     frames = _dump_frames(outcome.stderr_tail)
@@ -273,6 +374,11 @@ class CampaignConfig:
     progress_every: float = 5.0  # seconds between progress lines
     extra_flags: list[str] = field(default_factory=list)
     max_seeds: int | None = None  # at most this many of the target's seeds (None: all)
+    # Workers go on past what Python raises (keep_going) and share support-probe verdicts with
+    # each other, their restarts and the replays; off, a worker restarts on every finding and
+    # each process probes afresh (as before issue 23: benchmarks/bench_fuzz.py --campaign).
+    keep_going: bool = True
+    share_probe_verdicts: bool = True
 
     def __post_init__(self) -> None:
         if not self.time > 0:
@@ -325,6 +431,13 @@ class Campaign:
             files.own_dir(d)
         self.journal = out / "findings.jsonl"
         os.close(files.open_append(self.journal))
+        # Support-probe verdicts shared by the workers, their restarts and the replays: a
+        # restart or a replay of a compiled driver does not probe every seed's operation again.
+        self.verdicts_dir: Path | None = None
+        if config.share_probe_verdicts:
+            from nncert.drivers.probe_verdicts import VerdictStore
+            self.verdicts_dir = out / "probe-verdicts"
+            VerdictStore(self.verdicts_dir).clear()  # this campaign's, for this code
         self.findings = recorded_findings(self.journal)  # key -> record, earlier campaigns' first
         self.earlier = set(self.findings)
         numbers = [r["number"] for r in self.findings.values()] + \
@@ -345,6 +458,7 @@ class Campaign:
         self.workers = [_Worker(i, self.logs_dir / f"worker-{i}.log") for i in range(config.jobs)]
         for w in self.workers:
             files.write_atomic(w.log, "", sync=False)
+            files.write_atomic(self._hits_file(w), "", sync=False)  # this campaign's hits only
         self._last_progress = self.started
 
     # --- workers
@@ -352,11 +466,18 @@ class Campaign:
     def _command(self, w: _Worker) -> list[str]:
         remaining = max(1, int(self.deadline - time.monotonic()))
         cmd = script_command(self.script, self.driver)
+        if self.config.keep_going:
+            cmd.append(f"{KEEP_GOING}{self._hits_file(w)}")
+        if self.verdicts_dir is not None:
+            cmd.append(f"{PROBE_VERDICTS}{self.verdicts_dir}")
         cmd += [f"-timeout={self.config.timeout}", f"-max_total_time={remaining}",
                 f"-artifact_prefix={self.artifacts_dir}{os.sep}", "-print_final_stats=1"]
         if self.config.seed is not None:
             cmd.append(f"-seed={self.config.seed + w.index + 1000 * w.runs}")
         return [*cmd, *self.config.extra_flags, str(self.corpus_dir)]
+
+    def _hits_file(self, w: _Worker) -> Path:
+        return self.logs_dir / f"worker-{w.index}.hits"
 
     def _start(self, w: _Worker) -> None:
         w.run_offset = w.log.stat().st_size
@@ -411,15 +532,19 @@ class Campaign:
 
     def _scan(self) -> int:
         """Handle every artifact not seen yet; returns how many there were."""
-        new = sorted((p for p in self.artifacts_dir.iterdir() if p.name not in self.seen),
-                     key=lambda p: p.stat().st_mtime)
-        for path in new:
+        new = []
+        for path in self.artifacts_dir.iterdir():
+            if path.name in self.seen or path.name.startswith("."):  # a worker's file being written
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                new.append((path.stat().st_mtime, path))
+        for _, path in sorted(new):
             self.seen.add(path.name)
             kind, _, digest = path.name.partition("-")
             if kind not in ARTIFACT_KINDS:
                 continue
-            # A seed that crashes would stop every restarted worker at once: drop it.
-            (self.corpus_dir / digest).unlink(missing_ok=True)
+            if kind in _FATAL_KINDS:  # a seed that crashes would stop every restarted worker at once
+                (self.corpus_dir / digest).unlink(missing_ok=True)
             self._finding(path, kind)
         return len(new)
 
@@ -443,7 +568,7 @@ class Campaign:
 
     def _finding(self, path: Path, artifact_kind: str) -> None:
         data = path.read_bytes()
-        verdict = replay(self.target, self.driver, data, self._replay_timeout())
+        verdict = replay(self.target, self.driver, data, self._replay_timeout(), self.verdicts_dir)
         if not verdict.found:  # libFuzzer saw something the replay does not: keep it, flagged
             verdict = Verdict("UNREPRODUCED", f"UNREPRODUCED|{artifact_kind}|",
                               f"libFuzzer reported a {artifact_kind}; the replay ran cleanly",
@@ -475,7 +600,8 @@ class Campaign:
         if verdict.kind in ("FINDING", "EXCEPTION", "CRASH"):  # a HANG costs a timeout per attempt
             budget = min(self.config.minimise_time, max(2.0, self.deadline - time.monotonic()))
             minimal = minimise(data, verdict.key, lambda d: replay(
-                self.target, self.driver, d, self._replay_timeout()).key == verdict.key, budget)
+                self.target, self.driver, d, self._replay_timeout(), self.verdicts_dir).key == verdict.key,
+                budget)
         self._write_spec(where, record, verdict, data, minimal)
 
     def _write_spec(self, where: Path, record: dict[str, Any], verdict: Verdict, original: bytes,
@@ -524,13 +650,17 @@ class Campaign:
                 "corpus": sum(1 for _ in self.corpus_dir.iterdir()),
                 "findings": len(self.findings) - len(self.earlier),  # new in this campaign
                 "duplicates": sum(self.duplicates.values()),
+                "worker_hits": sum(self._worker_hits().values()),
                 "worker_runs": sum(w.runs for w in self.workers)}
+
+    def _worker_hits(self) -> dict[str, int]:
+        return worker_hits(self._hits_file(w) for w in self.workers)
 
     def _report_progress(self) -> None:
         s = self._status()
         self.progress(f"[{s['elapsed_s']:6.1f} s] execs {s['execs']} ({s['exec_per_s']}/s) corpus "
-                      f"{s['corpus']} findings {s['findings']} (+{s['duplicates']} duplicates) "
-                      f"worker runs {s['worker_runs']}")
+                      f"{s['corpus']} findings {s['findings']} (+{s['duplicates']} duplicates, "
+                      f"{s['worker_hits']} hits in workers) worker runs {s['worker_runs']}")
         self._last_progress = time.monotonic()
 
     def run(self) -> dict[str, Any]:
@@ -574,6 +704,9 @@ class Campaign:
             "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
             "seed": self.config.seed, "seeds": self.n_seeds, **self._status(),
             "earlier_findings": len(self.earlier),
+            # key -> times the workers met it, going on past it (keep_going): the worker's own
+            # classification, each key's first input replayed for the record above
+            "worker_hits_by_key": self._worker_hits(),
             "findings_by_key": {key: {"count": (key not in self.earlier) + self.duplicates.get(key, 0),
                                       "number": r["number"], "earlier": key in self.earlier,
                                       "kind": r.get("kind"), "message": r.get("message"),

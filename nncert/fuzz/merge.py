@@ -283,6 +283,12 @@ def merge(dirs: Sequence[Path], out: Path, timeout: int | None = None, deadline:
         _union(corpus_dir, every)
     kept = sum(1 for _ in corpus_dir.iterdir())
 
+    hits: dict[str, int] = {}  # the times the campaigns' workers met each key, going on past it
+    for s in sources:
+        met = s.summary.get("worker_hits_by_key")
+        for key, n in (met.items() if isinstance(met, dict) else ()):
+            if isinstance(n, int) and n > 0:
+                hits[key] = hits.get(key, 0) + n
     summary = {
         "target": first["target"], "driver": driver, "script": str(script), "nncert": __version__,
         "time_s": sum(float(s.summary.get("time_s") or 0) for s in sources),
@@ -292,8 +298,10 @@ def merge(dirs: Sequence[Path], out: Path, timeout: int | None = None, deadline:
         "execs": sum(int(s.summary.get("execs") or 0) for s in sources), "exec_per_s": 0,
         "corpus": kept, "findings": len(by_key),
         "duplicates": sum(f["count"] for f in by_key.values()) - len(by_key),
+        "worker_hits": sum(hits.values()),
         "worker_runs": sum(int(s.summary.get("worker_runs") or 0) for s in sources),
         "earlier_findings": 0,
+        "worker_hits_by_key": hits,
         "corpus_merge": {"method": "libfuzzer -merge=1" if why is None else "union", "why_not": why,
                          "inputs": len(every), "distinct": distinct, "kept": kept,
                          "seconds": round(time.monotonic() - started, 1)},

@@ -468,11 +468,18 @@ def split_driver_argument(argv: list[str]) -> tuple[str | None, list[str]]:
 
 def fuzz_main(target: str, argv: list[str]) -> None:
     """What fuzz/<target>.py runs: the target on its driver, under atheris (which reports an
-    uncaught Finding as a crash with its traceback)."""
+    uncaught Finding as a crash with its traceback). A campaign's worker (``--keep-going=FILE``)
+    goes on past what Python raises instead (nncert.fuzz.campaign.keep_going), and shares its
+    campaign's support-probe verdicts (``--probe-verdicts=DIR``)."""
     import atheris
 
+    # Imported here: after the instrumented imports, and so left out of them.
+    from nncert.fuzz.campaign import keep_going, use_probe_verdicts
+
     spec, argv = split_driver_argument(argv)
-    atheris.Setup(argv, TARGETS[target].make(spec))
+    argv = use_probe_verdicts(argv)
+    one_input, argv = keep_going(TARGETS[target].make(spec), argv)
+    atheris.Setup(argv, one_input)
     atheris.Fuzz()
 
 
