@@ -751,15 +751,23 @@ def _batch_to_space(e: Emit) -> None:
 
 
 def _space_to_batch(e: Emit) -> None:
-    n, _, _, c = e.dims("input")
+    n, h, w, c = e.dims("input")
     _, oh, ow, _ = e.out_dims
-    # paddings [[top, bottom], [left, right]] -> ONNX pads [0, top, left, 0, 0, bottom, right, 0]
-    pads = e.node("Pad", [e.node("Transpose", [e.int64("paddings")], perm=[1, 0]), e.const([0, 1, 0, 1])])
-    x = e.node("Pad", [e.val("input", "nhwc"), e.reshape(pads, (-1,)), e.zero()], mode="constant")
-    block = e.int64("block_shape")
-    bh, bw = (e.node("Slice", [block, e.const([k]), e.const([k + 1])]) for k in (0, 1))
-    shape = e.node("Concat", [e.const([n, oh]), bh, e.const([ow]), bw, e.const([c])], axis=0)
-    x = e.node("Reshape", [x, shape])
+    # paddings [[top, bottom], [left, right]] -> ONNX pads [0, top, left, 0, 0, bottom, right, 0].
+    # Constant paddings give constant pads and, with the known dimensions, the block: a graph of
+    # static shapes (TVM's Pad takes no computed pads).
+    if e.operand("paddings").lifetime in CONSTANT:
+        (top, bottom), (left, right) = np.asarray(e.ints("paddings")).reshape(2, 2).tolist()
+        pads = e.const([0, top, left, 0, 0, bottom, right, 0])
+        x = e.node("Pad", [e.val("input", "nhwc"), pads, e.zero()], mode="constant")
+        x = e.reshape(x, (n, oh, (h + top + bottom) // oh, ow, (w + left + right) // ow, c))
+    else:
+        pads = e.node("Pad", [e.node("Transpose", [e.int64("paddings")], perm=[1, 0]), e.const([0, 1, 0, 1])])
+        x = e.node("Pad", [e.val("input", "nhwc"), e.reshape(pads, (-1,)), e.zero()], mode="constant")
+        block = e.int64("block_shape")
+        bh, bw = (e.node("Slice", [block, e.const([k]), e.const([k + 1])]) for k in (0, 1))
+        shape = e.node("Concat", [e.const([n, oh]), bh, e.const([ow]), bw, e.const([c])], axis=0)
+        x = e.node("Reshape", [x, shape])
     x = e.node("Transpose", [x], perm=[2, 4, 0, 1, 3, 5])
     e.emit(e.reshape(x, e.out_dims), "nhwc")
 
