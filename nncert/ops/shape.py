@@ -542,7 +542,7 @@ def _strided_sample(s: SampleContext) -> None:
 STRIDED_SLICE = _copy_record(
     Op.STRIDED_SLICE,
     Signature((Arg("input", ranks=_UP_TO_4), Arg("begin", _I32, ranks=(1,)),
-               Arg("end", _I32, ranks=(1,)), Arg("strides", _I32, ranks=(1,)),
+               Arg("end", _I32, ranks=(1,)), Arg("strides", _I32, ranks=(1,), domain="nonzero"),
                Arg("begin_mask", T.INT32), Arg("end_mask", T.INT32),
                Arg("shrink_axis_mask", T.INT32)), _output()),
     _V11_TYPES, _strided_kernel, lambda ctx: [_strided_plan(ctx)[1]], _strided_sample,
