@@ -11,8 +11,16 @@ process, which a machine shared with other work distorts far less than wall time
 from the same seeds and libFuzzer seed, one that stops once the corpus is loaded and one that
 goes M runs further, and M over the difference of their CPU times (user + system).
 
+With ``--campaign`` it runs whole campaigns (``nncert fuzz``: workers, restarts, replays and
+minimisation included) of each target on ``--driver`` for ``--seconds`` with ``--jobs``
+workers, twice from the same libFuzzer seed: as campaigns ran before issue 23 (a worker
+restarted on every Finding, each process probing afresh) and as they run now (workers going
+on past what Python raises, support-probe verdicts shared); execs/s is the campaign's
+executions over its fuzzing time, with the load average beside it.
+
     python benchmarks/bench_fuzz.py [--seconds 20] [--target NAME ...] [--driver SPEC]
     python benchmarks/bench_fuzz.py --cpu-runs 50000 [--rounds 3] [--target NAME ...]
+    python benchmarks/bench_fuzz.py --campaign --driver litert --target execute --seconds 120 --jobs 2
 """
 
 from __future__ import annotations
@@ -97,6 +105,22 @@ def measure_cpu(target: str, runs: int, driver: str | None) -> tuple[float | Non
                     f"{cpu1:.1f} s in all")
 
 
+def measure_campaign(target: str, seconds: int, jobs: int, driver: str | None, now: bool) -> str:
+    """One campaign as before issue 23 (``now`` False) or as now: its figures in a line."""
+    from nncert.fuzz.campaign import Campaign, CampaignConfig, resolve_target
+
+    t, script = resolve_target(target)
+    config = CampaignConfig(time=seconds, jobs=jobs, seed=1, keep_going=now, share_probe_verdicts=now)
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Campaign(t, script, driver, Path(tmp) / "campaign", config).run()
+    rate = s["execs"] / s["elapsed_s"] if s["elapsed_s"] else 0.0
+    return (f"{target:14s} {'now   ' if now else 'before'} {rate:7.1f} exec/s  ({s['execs']} execs in "
+            f"{s['elapsed_s']} s, {s['worker_runs']} worker runs, {s['findings']} findings, "
+            f"{s['duplicates']} duplicates, {s.get('worker_hits', 0)} hits in workers; load "
+            f"{load:.1f} -> {os.getloadavg()[0]:.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=20)
@@ -106,7 +130,15 @@ def main() -> None:
                         help="steady runs per CPU-second over M runs after the corpus is loaded")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --cpu-runs: repeat, print each and the best")
+    parser.add_argument("--campaign", action="store_true",
+                        help="whole campaigns, as before issue 23 and as now (see above)")
+    parser.add_argument("--jobs", type=int, default=2, help="with --campaign: workers")
     args = parser.parse_args()
+    if args.campaign:
+        for name in args.target or ["execute"]:
+            for now in (False, True):
+                print(measure_campaign(name, args.seconds, args.jobs, args.driver, now), flush=True)
+        return
     if args.cpu_runs:
         for name in args.target or list(TARGETS):
             rates = []

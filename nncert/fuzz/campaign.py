@@ -71,6 +71,9 @@ _HARNESS_FILES = (os.path.join("nncert", "testing", "outcome.py"),
                   os.path.join("nncert", "fuzz", "campaign.py"))
 _STATUS = re.compile(r"#(\d+)\s+\w+.*?corp: (\d+)/.*?exec/s: (\d+)")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+#: -print_final_stats's count of a run's executions (status lines come at powers of 2 while
+#: libFuzzer loads its corpus, so the last one can be half the truth).
+_FINAL_EXECS = re.compile(r"^stat::number_of_executed_units:\s*(\d+)", re.M)
 
 
 class Target(Protocol):
@@ -497,10 +500,14 @@ class Campaign:
             return f.read().decode(errors="replace")
 
     def _read_status(self, w: _Worker) -> None:
-        found = _STATUS.findall(self._run_log(w))
+        log = self._run_log(w)
+        found = _STATUS.findall(log)
         if found:
             execs, _, rate = found[-1]
             w.execs, w.rate = int(execs), int(rate)
+        final = _FINAL_EXECS.findall(log)  # a run that ended by itself: the exact count
+        if final:
+            w.execs = max(w.execs, int(final[-1]))
 
     def _stop(self, w: _Worker) -> None:
         if w.proc is not None and w.proc.poll() is None:
@@ -513,6 +520,9 @@ class Campaign:
         w.execs_done += w.execs
         w.execs = w.rate = 0
         code = w.proc.returncode if w.proc is not None else 0
+        if w.proc is not None:  # what the worker started (a probe child) goes with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
         w.proc = None
         # A run that wrote an artifact found something, even when the artifact is one already
         # seen (libFuzzer names artifacts by content: the same crash found again).
@@ -666,8 +676,11 @@ class Campaign:
     def run(self) -> dict[str, Any]:
         """Fuzz until the time is up; every finding is journaled as it is classified."""
         # libFuzzer checks -max_total_time only between inputs and not while it loads its corpus
-        # (a restarted worker re-runs it all): at the deadline the workers are killed.
-        grace = 1.0
+        # (a restarted worker re-runs it all), and counts it from its own start, after the
+        # script's imports: at the deadline the workers are interrupted (libFuzzer then prints
+        # its final stats, the exact count of executions, and exits), after a grace killed.
+        grace = 3.0
+        interrupted = False
         # The time budget is the workers': writing the corpus above does not use it up.
         self.started = time.monotonic()
         self.deadline = self.started + self.config.time
@@ -683,6 +696,12 @@ class Campaign:
                     self._report_progress()
                 if all(w.proc is None for w in self.workers):
                     break
+                if time.monotonic() > self.deadline and not interrupted:
+                    interrupted = True
+                    for w in self.workers:
+                        if w.proc is not None and w.proc.poll() is None:
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(w.proc.pid, signal.SIGINT)
                 if time.monotonic() > self.deadline + grace:
                     break
                 time.sleep(0.2)
