@@ -41,6 +41,10 @@ class KnownFinding(Exception):
         return "wrong-result|NOT_EQUAL|NONE"
 
 
+class UnknownCaseFinding(KnownFinding):
+    test = "conformance/test_operations.py::test_operation[NOT_EQUAL-float32-s0]"
+
+
 def make(driver):
     modes = os.environ.get("TOY_MODES", "CR,FI").split(",")
 
@@ -51,6 +55,8 @@ def make(driver):
             raise ToyFinding(f"accepted {data[:8]!r} on {driver}")
         if data[:2] == b"KN" and "KN" in modes:
             raise KnownFinding("NOT_EQUAL of equal real values")
+        if data[:2] == b"KU" and "KN" in modes:
+            raise UnknownCaseFinding("NOT_EQUAL of two floats")
         if data[:2] == b"HA" and "HA" in modes:
             time.sleep(1000)
 
@@ -80,6 +86,7 @@ if __name__ == "__main__":
 '''
 
 CRASH_KEY = "CRASH|toy.py:one|SIGABRT"
+UNKNOWN_CASE = "conformance/test_operations.py::test_operation[NOT_EQUAL-float32-s0]"
 FINDING_KEY = "toy_oracle|OP_X|BAD_STATUS"
 
 
@@ -176,6 +183,8 @@ def test_keep_going_writes_a_key_once_counts_every_hit_and_lets_deaths_through(t
     def one(data: bytes) -> None:
         if data[:1] == b"F":
             raise Finding("wrong-result", f"bad {data!r}", "ADD", "NONE")
+        if data[:1] == b"G":  # the same key on another case: written too
+            raise Finding("wrong-result", f"bad {data!r}", "ADD", "NONE", test="t[ADD-G]")
         if data[:1] == b"E":
             raise KeyError(data)
         if data[:1] == b"D":  # a hosted driver died: the worker must restart
@@ -186,14 +195,14 @@ def test_keep_going_writes_a_key_once_counts_every_hit_and_lets_deaths_through(t
     assert keep_going(one, argv[:1] + argv[2:]) == (one, argv[:1] + argv[2:])  # not a worker: as it is
     fn, rest = keep_going(one, argv)
     assert rest == ["toy.py", f"-artifact_prefix={tmp_path}/", "corpus"]
-    for data in (b"F1", b"ok", b"F2", b"E1", b"F1"):
+    for data in (b"F1", b"ok", b"F2", b"E1", b"F1", b"G1", b"G2"):
         fn(data)
     with pytest.raises(Finding):
         fn(b"D1")
     written = {p.name for p in tmp_path.glob("finding-*")}
-    assert written == {f"finding-{hashlib.sha1(d).hexdigest()}" for d in (b"F1", b"E1")}
+    assert written == {f"finding-{hashlib.sha1(d).hexdigest()}" for d in (b"F1", b"E1", b"G1")}
     exception_key = "EXCEPTION|test_fuzz_campaign.py:one|KeyError"
-    assert worker_hits([hits, tmp_path / "none"]) == {"wrong-result|ADD|NONE": 3, exception_key: 1}
+    assert worker_hits([hits, tmp_path / "none"]) == {"wrong-result|ADD|NONE": 5, exception_key: 1}
     # the worker's keys are the replay's
     toy = SimpleNamespace(name="t", needs_driver=False, make=lambda driver: one)
     assert replay(toy, None, b"F2", 10).key == "wrong-result|ADD|NONE"
@@ -272,10 +281,17 @@ def test_a_discrepancy_the_driver_expects_is_marked_known(toy, tmp_path, monkeyp
 
     monkeypatch.setenv("TOY_MODES", "KN,FI")
     target, script = resolve_target(str(toy))
-    campaign = Campaign(target, script, "litert", tmp_path / "out", CampaignConfig(time=5, minimise_time=1))
-    for name, data in (("crash-kn", b"KN"), ("crash-fi", b"FI")):
+    said = []
+    campaign = Campaign(target, script, "litert", tmp_path / "out", CampaignConfig(time=5, minimise_time=1),
+                        progress=said.append)
+    for name, data in (("crash-kn", b"KN"), ("crash-fi", b"FI"), ("finding-ku", b"KU")):
         (campaign.artifacts_dir / name).write_bytes(data)
-    campaign._scan()
+        campaign._scan()
+    # the known key again on a case the expectations do not list: said, and journaled as such
+    again = [r for r in _records(tmp_path / "out") if r["event"] == "duplicate"]
+    assert [(r["test"], r["known"]) for r in again] == [(UNKNOWN_CASE, False)]
+    assert any(line.startswith("  finding #1 wrong-result|NOT_EQUAL|NONE again, on " + UNKNOWN_CASE)
+               for line in said), said
     known = campaign.findings["wrong-result|NOT_EQUAL|NONE"]["known"]
     assert known["test"].endswith("[NOT_EQUAL-quant8_asymm-s0]")
     assert "fixed-point rescaling" in known["reason"]

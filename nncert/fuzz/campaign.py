@@ -260,7 +260,9 @@ def keep_going(one_input: Callable[[bytes], None],
     a restart, which loads the whole corpus again (for a compiled driver, every seed through
     its support probe), per known discrepancy met. Instead the input is written where
     libFuzzer writes its artifacts, as ``finding-<sha1>``, the first time the worker meets
-    its key (``raised``: the replay's own classification); the campaign replays it in a child
+    its key (``raised``: the replay's own classification) on a catalogue case (a Finding's
+    conformance test: the campaign says whether each case is one the driver's expectations
+    list, so a new case of a known key is not hidden); the campaign replays it in a child
     process like any artifact, so what is recorded is still the replay's verdict. Every time
     a key is met, ``KEY<TAB>sha1`` is appended to FILE (the campaign's count of them). Crashes
     and hangs of the process are libFuzzer's as before, and so are a hosted driver's deaths
@@ -271,7 +273,7 @@ def keep_going(one_input: Callable[[bytes], None],
     argv = [a for a in argv if not a.startswith(KEEP_GOING)]
     prefix = next((a.partition("=")[2] for a in argv if a.startswith("-artifact_prefix=")), "")
     fd = files.open_append(hits)
-    written: set[str] = set()
+    written: set[tuple[str, str]] = set()
 
     def surviving(data: bytes) -> None:
         try:
@@ -281,9 +283,9 @@ def keep_going(one_input: Callable[[bytes], None],
             if found["kind"] == "FINDING" and found["key"].split("|", 1)[0] in _PROCESS_KINDS:
                 raise
             key, digest = found["key"], content_name(data)
-            if key not in written:
+            if (key, found.get("test", "")) not in written:
                 files.write_atomic(f"{prefix}finding-{digest}", data, sync=False)
-                written.add(key)
+                written.add((key, found.get("test", "")))
             os.write(fd, f"{key}\t{digest}\n".encode())
 
     return surviving, argv
@@ -586,8 +588,16 @@ class Campaign:
         elapsed = round(time.monotonic() - self.started, 1)
         if verdict.key in self.findings:
             self.duplicates[verdict.key] = self.duplicates.get(verdict.key, 0) + 1
-            self._journal({"event": "duplicate", "key": verdict.key, "artifact": str(path),
-                           "elapsed_s": elapsed})
+            duplicate: dict[str, Any] = {"event": "duplicate", "key": verdict.key, "artifact": str(path),
+                                         "elapsed_s": elapsed}
+            if verdict.test:  # the same key on another catalogue case: is that one expected?
+                known = self._known(verdict.test)
+                duplicate.update(test=verdict.test, known=known is not None)
+                first = self.findings[verdict.key]
+                if known is None and first.get("known"):
+                    self.progress(f"  finding #{first['number']} {verdict.key} again, on {verdict.test}, "
+                                  f"no expected failure of {self.driver}: {verdict.message} ({path})")
+            self._journal(duplicate)
             return
         self.last_number = number = self.last_number + 1
         where = files.own_dir(self.findings_dir / finding_dir_name(number, verdict.key))
