@@ -20,18 +20,20 @@ from nncert.hal.builder import build_request, read_outputs
 from nncert.ops.interpreter import run_model
 from nncert.testing.cases import enumerate_cases, sample_case
 from nncert.testing.criteria import compare
+from nncert.testing.harness import claim
 
 
 def driver_seconds(driver, cases, models) -> float:
     """supported_operations + prepare_model + a synchronous execution + the comparison, for
-    every case: the driver path of one per-operation test, without pytest."""
+    every case: the driver path of one per-operation test, without pytest (the harness's
+    claim: Driver.first_run, one round trip for the three calls through a service)."""
     t0 = time.perf_counter()
     for case, (model, feeds) in zip(cases, models, strict=True):
-        driver.supported_operations(model)
-        prepared = driver.prepare_model(model)
         dims = [e.shape for e in case.expected]
         request = build_request(model, feeds, dims)
-        prepared.execute_synchronously(request)
+        reason, first = claim(driver, model, request)
+        assert reason is None, f"{case.id}: {reason}"
+        first.execute(first.prepare())
         for i, (e, a) in enumerate(zip(case.expected, read_outputs(model, request, dims), strict=True)):
             assert compare(e, a, case.outputs[i].type) is None, case.id
     return time.perf_counter() - t0

@@ -39,7 +39,7 @@ from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import BufferDesc, BufferRole
 from nncert.hal.types import ErrorStatus
-from nncert.testing.harness import add_model, execute
+from nncert.testing.harness import add_model, claim, execute
 from nncert.testing.outcome import Kind, classify_exception
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -289,6 +289,12 @@ def _allocate(driver):
     return driver.allocate(BufferDesc((2, 3)), [prepared], [BufferRole(0, 0, 1.0)], [])
 
 
+def _first_run(driver):
+    model, request = _request()
+    first = driver.first_run(model, request)
+    return first.execute(first.prepare())
+
+
 #: The calls a driver makes, each reaching the op whose reply a case spoils.
 ACTIONS: dict[str, Callable] = {
     "capabilities": lambda d: d.capabilities(),
@@ -306,7 +312,21 @@ ACTIONS: dict[str, Callable] = {
     "burst_configure": lambda d: d.prepare_model(add_model()).configure_execution_burst(),
     "burst": _burst,
     "allocate": _allocate,
+    "first_run": _first_run,
 }
+
+
+def _offers_first_run(body: dict) -> dict:
+    """A hello that names ``first_run`` among its calls, so that the client makes it."""
+    return {**HELLO, "pid": os.getpid(), "extra_calls": ["first_run"]}
+
+
+def _first_run_replies(reply: dict) -> dict:
+    return {"hello": _offers_first_run, "first_run": {"status": 0, **reply}}
+
+
+_PREPARED = {"status": 0, "handle": 1}
+_EXECUTED = DEFAULTS["execute"]
 
 def _answer_another_call(body: dict) -> bytes:
     text = json.dumps({"status": 0, "value": "x"}).encode()
@@ -369,6 +389,24 @@ MALFORMED = [
     ("burst-result-status-string", "burst", {}, b'{"status":"NONE"}'),
     ("burst-result-error-shapes", "burst", {}, b'{"status":3,"message":"","shapes":[[1]]}'),
     ("allocate-token-string", "allocate", {"allocate": {"status": 0, "handle": 4, "token": "t"}}, None),
+    ("first-run-flags-ints", "first_run", _first_run_replies({"value": [1]}), None),
+    ("first-run-claimed-not-prepared", "first_run", _first_run_replies({"value": [True]}), None),
+    ("first-run-declined-yet-prepared", "first_run",
+     _first_run_replies({"value": [False], "prepared": _PREPARED}), None),
+    ("first-run-prepared-a-list", "first_run",
+     _first_run_replies({"value": [True], "prepared": [0, 1]}), None),
+    ("first-run-prepared-handle-string", "first_run",
+     _first_run_replies({"value": [True], "prepared": {"status": 0, "handle": "1"},
+                         "executed": _EXECUTED}), None),
+    ("first-run-prepared-not-run", "first_run",
+     _first_run_replies({"value": [True], "prepared": _PREPARED}), None),
+    ("first-run-run-after-a-failed-preparation", "first_run", _first_run_replies(
+        {"value": [True], "prepared": {"status": 1, "message": "", "shapes": []},
+         "executed": _EXECUTED}), None),
+    ("first-run-executed-no-timing", "first_run", _first_run_replies(
+        {"value": [True], "prepared": _PREPARED, "executed": {"status": 0, "shapes": []}}), None),
+    ("first-run-executed-status-unknown", "first_run", _first_run_replies(
+        {"value": [True], "prepared": _PREPARED, "executed": {"status": 77}}), None),
 ]
 
 
@@ -392,6 +430,24 @@ def test_a_malformed_reply_is_the_services_crash_and_it_is_killed(sock_dir, fake
         driver.close()
 
 
+@pytest.mark.parametrize("offered", [True, False])
+def test_first_run_declined_or_not_offered_is_no_fault(sock_dir, fakes, offered):
+    """A well-formed decline in ``first_run`` is the flags alone; a service that does not name
+    ``first_run`` in its hello gets the calls apart (so a foreign service need not know it)."""
+    replies = _first_run_replies({"value": [False]}) if offered else {
+        "supported_operations": {"status": 0, "value": [False]}}
+    fake = _Fake(sock_dir / "sock", replies)
+    fakes.append(fake)
+    driver = _attach(fake.path)
+    try:
+        model, request = _request()
+        reason, _ = claim(driver, model, request)
+        assert reason == f"{driver.name} declines ADD"
+        assert driver.alive() and fake.ended_by(0.2) is None
+    finally:
+        driver.close()
+
+
 @pytest.mark.parametrize("reply", [
     pytest.param({"pid": "1"}, id="pid-a-string"),
     pytest.param({"client": None}, id="client-null"),
@@ -400,6 +456,8 @@ def test_a_malformed_reply_is_the_services_crash_and_it_is_killed(sock_dir, fake
     pytest.param({"device_type": "GPU"}, id="device-type-a-string"),
     pytest.param({"driver": ["x"]}, id="driver-a-list"),
     pytest.param({"status": True}, id="status-true"),
+    pytest.param({"extra_calls": "first_run"}, id="extra-calls-a-string"),
+    pytest.param({"extra_calls": [1]}, id="extra-calls-ints"),
 ])
 def test_a_malformed_hello_fails_the_load_in_one_line(sock_dir, fakes, reply):
     fake = _Fake(sock_dir / "sock", {"hello": lambda body: {**HELLO, "pid": os.getpid(), **reply}})

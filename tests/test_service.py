@@ -702,3 +702,114 @@ def test_the_service_does_not_outlive_a_killed_owner_even_mid_hang(tmp_path):
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the service outlived its killed owner by 5 s")
+
+
+def _sent_ops(monkeypatch) -> list[str]:
+    """The ops of the messages this process sends from now on."""
+    sent: list[str] = []
+    real = wire.send_message
+
+    def spy(sock, call_id, body, blob=b"", fds=()):
+        sent.append(body.get("op"))
+        return real(sock, call_id, body, blob, fds)
+
+    monkeypatch.setattr(wire, "send_message", spy)
+    return sent
+
+
+def test_first_run_is_one_round_trip_for_the_three_calls(service, monkeypatch):
+    """Driver.first_run through the service: supported_operations, prepare_model and one
+    synchronous execution in one call, with what each gives apart; a second execution is a
+    call of its own, and the prepared model a handle like any other (DRV-5)."""
+    sent = _sent_ops(monkeypatch)
+    model, feeds = _add_model(), _feeds()
+    request = build_request(model, feeds)
+    first = service.first_run(model, request)
+    prepared = first.prepare()
+    shapes, _ = first.execute(prepared)
+    assert sent == ["first_run"]
+    assert first.supported == [True] and [tuple(s.dimensions) for s in shapes] == [(4,)]
+    np.testing.assert_array_equal(read_outputs(model, request, [(4,)])[0], feeds[0] + feeds[1])
+    np.testing.assert_array_equal(_run(prepared, model, _feeds(seed=1)), sum(_feeds(seed=1)))
+    first.execute(prepared)
+    assert sent[-1] == "execute"
+    assert _stats(service)["handles"] == 1
+    del first, prepared
+    assert _stats(service)["handles"] == 0
+    # Without a request: the claim and the preparation only.
+    first = service.first_run(model)
+    assert sent[-2:] == ["stats", "first_run"]
+    np.testing.assert_array_equal(_run(first.prepare(), model, feeds), feeds[0] + feeds[1])
+
+
+def test_first_run_fails_each_call_where_it_would_fail_apart(service):
+    """An invalid model fails the claim; a preparation or an execution that fails raises its
+    own status from ``prepare()`` or ``execute()``, as the call would apart: never a fault."""
+    bad_model = _add_model()
+    bad_model.main.operations[0].inputs[2] = 99  # no such operand
+    with pytest.raises(HalError) as info:
+        service.first_run(bad_model)
+    assert info.value.status is ErrorStatus.INVALID_ARGUMENT and not isinstance(info.value, DriverFault)
+    model, feeds = _add_model(), _feeds()
+    request = build_request(model, feeds)
+    loc = request.inputs[0].location
+    short = type(loc)(loc.pool_index, loc.offset, loc.length - 4, loc.padding)
+    request.inputs[0] = type(request.inputs[0])(False, short, request.inputs[0].dimensions)
+    first = service.first_run(model, request)
+    with pytest.raises(HalError) as ran:
+        first.execute(first.prepare())
+    with pytest.raises(HalError) as apart:
+        service.prepare_model(model).execute_synchronously(request)
+    assert ran.value.status is apart.value.status is ErrorStatus.INVALID_ARGUMENT
+    assert ran.value.message == apart.value.message
+    assert service.alive()
+
+    driver = load_driver("service:mutant:static_shapes_only")
+    try:
+        b = ModelBuilder()
+        x, y = b.operand(T.TENSOR_FLOAT32, (4,)), b.operand(T.TENSOR_FLOAT32, (4,))
+        out = b.operand(T.TENSOR_FLOAT32, (0,))  # of unknown size: this mutant cannot compile it
+        b.operation(OperationType.ADD, [x, y, b.constant(T.INT32, 0)], [out])
+        unknown = b.build([x, y], [out])
+        first = driver.first_run(unknown, build_request(unknown, feeds, [(4,)]))
+        assert first.supported == [True]
+        with pytest.raises(HalError) as prepared:
+            first.prepare()
+        with pytest.raises(HalError) as apart:
+            driver.prepare_model(unknown)
+        assert prepared.value.status is apart.value.status is ErrorStatus.GENERAL_FAILURE
+        assert not isinstance(prepared.value, DriverFault) and driver.alive()
+    finally:
+        driver.close()
+
+
+def test_the_harness_judges_a_hosted_driver_as_it_judges_it_in_process():
+    """check_case through Driver.first_run (one round trip a case) gives the verdict the
+    calls apart give in process: the ADD cases of one seed on a mutant that gets the
+    quantised ones wrong, base and dynamic-output variations."""
+    from nncert.testing.cases import enumerate_cases, sample_case
+    from nncert.testing.harness import CaseError, check_case
+
+    def verdicts(driver) -> list[str]:
+        out = []
+        for key in enumerate_cases(seeds=(0,)):
+            if key[0].name != "ADD":
+                continue
+            case = sample_case(*key)
+            for variation in ("base", "dynamic_output"):
+                if variation != "base" and not case.supports(variation):
+                    continue
+                try:
+                    out.append(str(check_case(driver, case, variation)))
+                except CaseError as e:
+                    out.append(f"CaseError: {e}")
+        return out
+
+    hosted = load_driver("service:mutant:quant_off_by_2")
+    try:
+        got = verdicts(hosted)
+    finally:
+        hosted.close()
+    expected = verdicts(load_driver("mutant:quant_off_by_2"))
+    assert got == expected
+    assert sum(v.startswith("CaseError") for v in got) >= 4 and got.count("None") >= 4

@@ -18,12 +18,13 @@ supply, the way the AOSP utilities do:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,6 +347,20 @@ class Buffer:
         raise NotImplementedError
 
 
+@dataclass
+class FirstRun:
+    """``Driver.first_run``'s answer: the ``supported_operations`` flags, what prepares the
+    model (called only when every operation is claimed: the prepared model, or the
+    preparation's HalError), and what runs the request on that prepared model (its output
+    shapes and timing, or the execution's HalError); ``reasons``: ``decline_reasons`` when
+    the driver gave them with the flags (None: ask for them)."""
+
+    supported: list[bool]
+    prepare: Callable[[], PreparedModel]
+    execute: Callable[[PreparedModel], tuple[list[OutputShape], Timing]]
+    reasons: list[str | None] | None = None
+
+
 class Driver:
     """Base of drivers (IDevice). ``name`` is how the registry knows it."""
 
@@ -400,6 +415,18 @@ class Driver:
                       model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
                       token: bytes | None = None) -> PreparedModel:
         raise NotImplementedError
+
+    def first_run(self, model: Model, request: Request | None = None) -> FirstRun:
+        """The calls a test makes in a row: ``supported_operations(model)``, then (only when
+        every operation is claimed) ``prepare_model(model)`` with the defaults, then one
+        ``execute_synchronously(request)`` of that prepared model. Not a HAL call: a driver
+        may answer all three at once (a hosted driver in one round trip: the service runs
+        them in that order as soon as it is asked); the driver sees the same calls in the
+        same order either way, and each call's outcome comes out where it would apart. So the
+        run may have happened before ``execute`` is called: ``request``'s inputs must not
+        change in between (its outputs may already be written)."""
+        return FirstRun(self.supported_operations(model), functools.partial(self.prepare_model, model),
+                        lambda prepared: prepared.execute_synchronously(request))  # type: ignore[arg-type]
 
     def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
                                  data_cache: Sequence[int], token: bytes) -> PreparedModel:
@@ -496,6 +523,7 @@ __all__ = [
     "ExecutionResult",
     "FencedExecutionCallback",
     "FencedExecutionInfo",
+    "FirstRun",
     "PreparedModel",
     "SyncFence",
     "check_deadline",

@@ -3,6 +3,7 @@ and judge the outputs. One place, so every suite skips, fails and reports the sa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
@@ -14,6 +15,7 @@ from nncert.drivers.base import (
     Driver,
     FencedExecutionCallback,
     FencedExecutionInfo,
+    FirstRun,
     PreparedModel,
     SyncFence,
     hang_timeout,
@@ -168,15 +170,42 @@ def declined(driver: Driver, model: Model) -> str | None:
     """Why the driver declines ``model`` (each declined operation with the driver's reason), or
     None. A model that needs a newer HAL version than the driver's feature level is declined too:
     such a driver rightly calls it invalid, and the test is not about that (VER-1)."""
+    return _too_new(driver, model) or _decline_reason(driver, model, driver.supported_operations(model))
+
+
+def claim(driver: Driver, model: Model, request: Request | None = None) -> tuple[str | None, FirstRun]:
+    """``declined``, and what prepares the model next and runs ``request`` on it once
+    synchronously (for a model not declined): ``Driver.first_run``, which a hosted driver
+    answers in one round trip. A reproducer being written (``standalone``) needs the
+    driver's calls apart: it is written after the claim and before the preparation, which
+    may crash."""
+    reason = _too_new(driver, model)
+    if reason is not None:  # the driver is not asked
+        return reason, FirstRun([], functools.partial(driver.prepare_model, model),
+                                lambda prepared: prepared.execute_synchronously(request))  # type: ignore[arg-type]
+    # Driver.first_run itself makes the calls apart, the preparation only when asked for.
+    first = driver.first_run(model, request) if standalone.ACTIVE is None else \
+        Driver.first_run(driver, model, request)
+    return _decline_reason(driver, model, first.supported, first.reasons), first
+
+
+def _too_new(driver: Driver, model: Model) -> str | None:
     if driver.feature_level < LATEST and _needs_newer_version(model, driver.feature_level):
         return f"{driver.name} is HAL {driver.feature_level.label}: the model needs a newer version"
-    supported = driver.supported_operations(model)
+    return None
+
+
+def _decline_reason(driver: Driver, model: Model, supported: list[bool],
+                    reasons: list[str | None] | None = None) -> str | None:
+    """Why ``declined`` declines, given the driver's ``supported_operations`` flags (and its
+    ``decline_reasons`` when it gave them with the flags)."""
     if len(supported) != len(model.main.operations):
         raise CaseError(f"DRV-2: supported_operations returned {len(supported)} flags for "
                           f"{len(model.main.operations)} operations")
     if all(supported):
         return None
-    reasons = driver.decline_reasons(model)
+    if reasons is None:
+        reasons = driver.decline_reasons(model)
     if len(reasons) != len(supported):
         reasons = [None if ok else "" for ok in supported]
     # One entry per operation type and reason: a real model declines the same thing many times.
@@ -206,19 +235,21 @@ def _needs_newer_version(model: Model, level) -> bool:
 def prepare_or_skip(driver: Driver, model: Model) -> PreparedModel:
     """Prepare a model the driver claims; skip (never fail) when it declines an operation.
     A claimed model that then fails to prepare is a failure (DRV-2)."""
-    reason = declined(driver, model)
+    reason, first = claim(driver, model)
     if reason:
         decline(reason)
     try:
-        return prepare_claimed(driver, model)
+        return prepare_claimed(driver, model, first.prepare)
     except CaseError as e:
         pytest.fail(str(e))
 
 
-def prepare_claimed(driver: Driver, model: Model) -> PreparedModel:
-    """Prepare a model whose every operation the driver claimed: failing is a DRV-2 breach."""
+def prepare_claimed(driver: Driver, model: Model,
+                    prepare: Callable[[], PreparedModel] | None = None) -> PreparedModel:
+    """Prepare a model whose every operation the driver claimed (with ``prepare``, what
+    ``claim`` returned for it): failing is a DRV-2 breach."""
     try:
-        return driver.prepare_model(model)
+        return driver.prepare_model(model) if prepare is None else prepare()
     except HalError as e:
         raise CaseError(f"DRV-2: claimed every operation, then prepare_model failed: {e}") from e
 
@@ -262,21 +293,22 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     if version > driver.feature_level:
         return f"needs HAL {version.label}, driver is {driver.feature_level.label}"
     model, feeds = case.model(variation, pool_kind)
-    reason = declined(driver, model)
+    expected_dims = [tuple(e.shape) for e in case.expected]
+    # Built first, so that a synchronous run is asked for with the claim (Driver.first_run).
+    request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
+    reason, first = claim(driver, model, request if path == "sync" else None)
     if reason:
         if standalone.ACTIVE is not None and standalone.ACTIVE.declined:  # what the driver declines
             standalone.ACTIVE.before_case(driver, model, feeds, case.expected, variation == "relaxed",
                                           f"The driver declines this case ({reason}); the "
                                           f"reproducer runs it on the runtime anyway.", declined=True)
         return reason
-    expected_dims = [tuple(e.shape) for e in case.expected]
     if standalone.ACTIVE is not None:  # before the driver runs it: a crash leaves the reproducer
         standalone.ACTIVE.before_case(driver, model, feeds, case.expected, variation == "relaxed",
                                       _criterion_note(case))
-    prepared = prepare_claimed(driver, model)
-    request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
+    prepared = prepare_claimed(driver, model, first.prepare)
     try:
-        shapes, _ = execute(prepared, request, path)
+        shapes, _ = first.execute(prepared) if path == "sync" else execute(prepared, request, path)
     except HalError as e:
         raise CaseError(f"DRV-2: claimed every operation, then {path} execution failed: {e}") from e
     if variation == "dynamic_output":
@@ -340,11 +372,11 @@ def run_state_chain(driver: Driver, case: OpCase, path: str = "sync") -> None:
     if version > driver.feature_level:
         decline(f"needs HAL {version.label}, driver is {driver.feature_level.label}")
     model, _ = case.model(variation)
-    reason = declined(driver, model)
+    reason, first = claim(driver, model)
     if reason:
         decline(reason)
     try:
-        prepared = prepare_claimed(driver, model)
+        prepared = prepare_claimed(driver, model, first.prepare)
     except CaseError as e:
         pytest.fail(str(e))
     first = state_values(case)

@@ -29,6 +29,7 @@ Nothing the other end says is taken on trust (docs/service-protocol.md, docs/sec
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import os
@@ -53,6 +54,7 @@ from nncert.drivers.base import (
     ExecutionResult,
     FencedExecutionCallback,
     FencedExecutionInfo,
+    FirstRun,
     PreparedModel,
     SyncFence,
     hang_timeout,
@@ -140,6 +142,7 @@ REPLIES: dict[str, dict[str, Callable[[Any, str], Any] | None]] = {
     "supported_extensions": {"value": lambda v, what: wire.list_of(v, wire.string, what)},
     "number_of_cache_files_needed": {"value": lambda v, what: wire.list_of(v, _integer, what, 2)},
     "supported_operations": {"value": lambda v, what: wire.list_of(v, wire.boolean, what)},
+    "first_run": {"value": lambda v, what: wire.list_of(v, wire.boolean, what)},
     "prepare_model": {"handle": _integer},
     "prepare_model_from_cache": {"handle": _integer},
     "execute": _RESULT,
@@ -187,6 +190,8 @@ class Connection:
         self.idle: list[socket.socket] = []
         self.sockets: list[socket.socket] = []
         self.client: tuple[int, str] | None = None
+        #: The calls beyond the HAL's that the service offers (its ``hello``).
+        self.extra_calls: frozenset[str] = frozenset()
         self.releases: collections.deque[int] = collections.deque()
         self.fault: DriverFault | None = None
         #: The service's pid, from the kernel (the spawned child's, or SO_PEERCRED's).
@@ -242,6 +247,11 @@ class Connection:
         if reply["pid"] != self.service_pid:
             self.broken(f"hello: the service says its pid is {reply['pid']}, but the process serving "
                         f"{self.address} is pid {self.service_pid}")
+        try:
+            extra = wire.list_of(reply.get("extra_calls", []), wire.string, "extra_calls")
+        except wire.ProtocolError as e:
+            self.broken(f"hello: malformed reply from the service: {e}")
+        self.extra_calls = frozenset(extra)
         self.client = (reply["client"], reply["key"])
         return reply
 
@@ -818,11 +828,67 @@ class ServiceDriver(Driver):
 
     def decline_reasons(self, model: Model) -> list[str | None]:
         reply = self._supported_operations(model)
-        flags, reasons = list(reply["value"]), reply.get("reasons")
-        if not isinstance(reasons, list) or len(reasons) != len(flags):  # an optional field
-            reasons = [None] * len(flags)
-        return [None if ok else (r if isinstance(r, str) else "")
-                for ok, r in zip(flags, reasons, strict=True)]
+        return _reasons(list(reply["value"]), reply.get("reasons"))
+
+    def first_run(self, model: Model, request: Request | None = None) -> FirstRun:
+        """One round trip where the service offers it (``first_run``): the flags; when every
+        operation is claimed, the model prepared with the defaults right after (or why it
+        could not be); when it was and ``request`` is given, that request run once on it
+        synchronously (or why it failed). A prepared model nobody takes is released as any
+        dropped proxy is; its outputs are in the request's pools already."""
+        conn = self.conn
+        if "first_run" not in conn.extra_calls:
+            return super().first_run(model, request)
+        fds: list[int] = []
+        desc, blob = wire.encode_model(model, fds)
+        body: dict[str, Any] = {"model": desc}
+        if request is not None:
+            body.update(request=wire.encode_request(request, fds), measure=int(MeasureTiming.NO))
+        reply = conn.call("first_run", body, blob, fds)[0]
+        flags = list(reply["value"])
+        apart = FirstRun(flags, functools.partial(self.prepare_model, model),
+                         lambda prepared: prepared.execute_synchronously(request),  # type: ignore[arg-type]
+                         _reasons(flags, reply.get("reasons")))
+        prepared_reply = self._nested(reply, "prepared", all(flags), "prepare_model")
+        ran = isinstance(prepared_reply, dict) and request is not None
+        executed = self._nested(reply, "executed", ran, "execute")
+        if prepared_reply is None:
+            return apart
+        if isinstance(prepared_reply, HalError):
+            return FirstRun(flags, _raiser(prepared_reply), apart.execute, apart.reasons)
+        prepared = RemotePreparedModel(conn, prepared_reply["handle"])
+        if executed is None:
+            return FirstRun(flags, lambda: prepared, apart.execute, apart.reasons)
+
+        outcome = [executed]
+
+        def execute(target: PreparedModel) -> tuple[list[OutputShape], Timing]:
+            if target is not prepared or not outcome:  # another model, or the run is spent: run it
+                return apart.execute(target)
+            result = outcome.pop()
+            if isinstance(result, HalError):
+                raise result
+            return result["shapes"], result["timing"]
+
+        return FirstRun(flags, lambda: prepared, execute, apart.reasons)
+
+    def _nested(self, reply: dict, field: str, expected: bool, op: str) -> dict | HalError | None:
+        """The reply of a later call inside a ``first_run`` reply, checked as that call's
+        own reply would be (``op``), or its HalError; None when it is absent, as it must be
+        unless ``expected``. Anything else breaks the service (CRASH)."""
+        nested = reply.get(field)
+        if (nested is not None) != expected:
+            what = f"no {field!r} field" if nested is None else f"a {field!r} field it cannot have"
+            self.conn.broken(f"first_run: malformed reply from the service: {what}")
+        if nested is None:
+            return None
+        try:
+            self.conn._check_reply(op, nested)
+        except DriverFault:
+            raise
+        except HalError as e:
+            return e
+        return nested
 
     def _supported_operations(self, model: Model) -> dict:
         fds: list[int] = []
@@ -859,6 +925,19 @@ class ServiceDriver(Driver):
                  input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
                  ) -> tuple[RemoteBuffer, int]:
         return buffers.allocate(self.conn, desc, prepared_models, input_roles, output_roles)
+
+
+def _reasons(flags: list[bool], reasons: Any) -> list[str | None]:
+    """``decline_reasons`` from a reply's flags and its optional ``reasons`` field."""
+    if not isinstance(reasons, list) or len(reasons) != len(flags):  # an optional field
+        reasons = [None] * len(flags)
+    return [None if ok else (r if isinstance(r, str) else "") for ok, r in zip(flags, reasons, strict=True)]
+
+
+def _raiser(error: HalError) -> Callable[[], NoReturn]:
+    def fail() -> NoReturn:
+        raise error
+    return fail
 
 
 def create(spec: str = "", timeout: str | None = None) -> ServiceDriver:

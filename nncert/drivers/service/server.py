@@ -48,7 +48,7 @@ from nncert.drivers.service.spin import poll_readable
 from nncert.files import UnsafePathError, own_dir
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
-from nncert.hal.model import Request
+from nncert.hal.model import Model, Request
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
 Reply = tuple[dict, bytes, list[int]]
@@ -60,6 +60,9 @@ MAX_CONNECTIONS = 64
 #: loses its connection, and the memory of what it sent, after that long.
 MESSAGE_TIMEOUT_S = 10.0
 BACKLOG = 64
+#: The calls beyond the HAL's that this service answers, named in ``hello``'s reply: a client
+#: makes them only to a service that names them (docs/service-protocol.md).
+EXTRA_CALLS = ("first_run",)
 
 
 class BurstWorker:
@@ -362,7 +365,8 @@ class Session(BufferOps):
         d = self.driver
         return ok({"protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "driver": d.name,
                    "client": self.client.number, "key": self.client.key,
-                   "feature_level": int(d.feature_level), "device_type": int(d.type())}), b"", []
+                   "feature_level": int(d.feature_level), "device_type": int(d.type()),
+                   "extra_calls": list(EXTRA_CALLS)}), b"", []
 
     # -- device queries (DRV-1) --
     def op_capabilities(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
@@ -394,11 +398,36 @@ class Session(BufferOps):
 
     # -- compilation --
     def op_supported_operations(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
-        model = wire.decode_model(body["model"], blob, fdr)
+        return self._supported(wire.decode_model(body["model"], blob, fdr)), b"", []
+
+    def _supported(self, model: Model) -> dict:
         # The reasons come with the flags (one call of the hosted driver answers both).
         reasons = self.driver.decline_reasons(model)
         return ok({"value": [r is None for r in reasons],
-                   "reasons": [None if r is None else str(r) for r in reasons]}), b"", []
+                   "reasons": [None if r is None else str(r) for r in reasons]})
+
+    def op_first_run(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
+        """``supported_operations``; when every operation is claimed, ``prepare_model`` of the
+        same model with the defaults; when that succeeds and the call has a ``request``, one
+        synchronous execution of it: the calls a test makes in a row, in one round trip.
+        Each later call's outcome is a reply of its own inside this one (``prepared``,
+        ``executed``), as it would be apart; the request's pools follow the model's."""
+        model = wire.decode_model(body["model"], blob, fdr)
+        reply = self._supported(model)
+        if not all(reply["value"]):
+            return reply, b"", []
+        try:
+            prepared = self.driver.prepare_model(model)
+            reply["prepared"] = ok({"handle": self.add(prepared)})
+        except Exception as e:
+            reply["prepared"] = error_body(e)
+            return reply, b"", []
+        if body.get("request") is not None:
+            try:
+                reply["executed"] = self._execute(prepared, body, fdr)
+            except Exception as e:
+                reply["executed"] = error_body(e)
+        return reply, b"", []
 
     def _caches(self, body: dict, fdr: wire.FdReader) -> tuple[list[int], list[int]]:
         """The cache files' descriptors (taken last: nothing may fail between taking them and
@@ -436,7 +465,9 @@ class Session(BufferOps):
 
     # -- execution (EXE-1) --
     def op_execute(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
-        prepared = self.get(body["handle"], PreparedModel)
+        return self._execute(self.get(body["handle"], PreparedModel), body, fdr), b"", []
+
+    def _execute(self, prepared: PreparedModel, body: dict, fdr: wire.FdReader) -> dict:
         request = wire.decode_request(body["request"], fdr)
         self.check_tokens(request.pools)  # VAL-2
         measure = wire.enum_strict(MeasureTiming, body["measure"])
@@ -446,7 +477,7 @@ class Session(BufferOps):
             shapes, timing = result.raise_for_status()
         else:
             shapes, timing = prepared.execute_synchronously(request, measure, deadline, loop_timeout)
-        return ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)}), b"", []
+        return ok({"shapes": wire.encode_shapes(shapes), "timing": wire.encode_timing(timing)})
 
     def op_execute_fenced(self, body: dict, blob: bytes, fdr: wire.FdReader) -> Reply:
         prepared = self.get(body["handle"], PreparedModel)
