@@ -271,6 +271,10 @@ def keep_going(one_input: Callable[[bytes], None],
     if hits is None:
         return one_input, argv
     argv = [a for a in argv if not a.startswith(KEEP_GOING)]
+    # The campaign interrupts its workers at the deadline: libFuzzer's own handler then prints
+    # the final stats (the exact count of executions), but libFuzzer installs it only where
+    # Python has not put its own (which would stop the worker with a KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     prefix = next((a.partition("=")[2] for a in argv if a.startswith("-artifact_prefix=")), "")
     fd = files.open_append(hits)
     written: set[tuple[str, str]] = set()
