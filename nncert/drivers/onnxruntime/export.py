@@ -79,10 +79,13 @@ class Graph:
     operand names carry a prefix of their own: ONNX names are unique across nested graphs."""
 
     def __init__(self, model: Model, quant: str, sg: Subgraph | None = None,
-                 parent: Graph | None = None, prefix: str = "") -> None:
+                 parent: Graph | None = None, prefix: str = "", unroll_rnn: bool = False) -> None:
         self.model = model
         self.sg = model.main if sg is None else sg
         self.quant = quant
+        #: Every recurrent cell unrolled (mappings/recurrent.py), none written as an ONNX RNN
+        #: node: for a runtime whose importer has no RNN (TVM's Relax frontend).
+        self.unroll_rnn = unroll_rnn if parent is None else parent.unroll_rnn
         self.prefix = prefix
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
@@ -932,11 +935,12 @@ def operation_problem(model: Model, index: int, sg: Subgraph | None = None) -> s
     return None
 
 
-def exported_operation(model: Model, index: int, quant: str = "qdq") -> tuple[str | None, Any]:
+def exported_operation(model: Model, index: int, quant: str = "qdq",
+                       unroll_rnn: bool = False) -> tuple[str | None, Any]:
     """Why operation ``index`` of ``model`` cannot be exported (the static rules, then an
     export of the operation alone), or (None, the operation alone as ONNX): for the drivers
     that take this exporter's models. The model is None where the operation's dimensions are
-    known only when it runs (decided then)."""
+    known only when it runs (decided then). ``unroll_rnn``: as ``export``'s."""
     from nncert.hal.transform import isolate_operation
 
     problem = operation_problem(model, index)
@@ -946,15 +950,15 @@ def exported_operation(model: Model, index: int, quant: str = "qdq") -> tuple[st
     if not all(o.fully_specified for o in single.main.operands if o.type.is_tensor):
         return None, None
     try:
-        return None, export(single, quant)
+        return None, export(single, quant, unroll_rnn)
     except Unmappable as e:
         return str(e), None
 
 
-def canonical_bytes(model: Model, quant: str = "qdq") -> bytes:
+def canonical_bytes(model: Model, quant: str = "qdq", unroll_rnn: bool = False) -> bytes:
     """``export(model)`` with ``canonical_names``, serialised: the bytes a compiler driver
     compiles and keys its compile cache with."""
-    proto = export(model, quant)
+    proto = export(model, quant, unroll_rnn)
     canonical_names(proto.graph)
     return proto.SerializeToString()
 
@@ -985,12 +989,13 @@ def canonical_names(graph: Any) -> None:
     visit(graph)
 
 
-def export(model: Model, quant: str = "qdq") -> Any:
-    """The ONNX ModelProto of ``model`` (main subgraph, every dimension known)."""
+def export(model: Model, quant: str = "qdq", unroll_rnn: bool = False) -> Any:
+    """The ONNX ModelProto of ``model`` (main subgraph, every dimension known);
+    ``unroll_rnn``: every recurrent cell unrolled, none an ONNX RNN node."""
     from onnx import helper
 
     sg = model.main
-    g = Graph(model, quant)
+    g = Graph(model, quant, unroll_rnn=unroll_rnn)
     _emit_operations(g)
     graph = helper.make_graph(g.nodes, "nncert", [_info(g, i) for i in sg.input_indexes],
                               [_info(g, i) for i in sg.output_indexes], g.initializers)
@@ -1094,7 +1099,7 @@ def _while(g: Graph, op: Operation) -> None:
     refs = (sg.operands[op.inputs[0]].location.offset, sg.operands[op.inputs[1]].location.offset)
     forms = []
     for _ in range(SHAPE_CHECK_ITERATIONS):  # see _check_shape_generic in the LiteRT exporter
-        scratch = Graph(g.model, g.quant)
+        scratch = Graph(g.model, g.quant, unroll_rnn=g.unroll_rnn)
         body, special = _loop_body(scratch, refs, dims, steady=True)
         forms.append(([n.SerializeToString() for n in body.node],
                       [t.SerializeToString() for t in body.initializer]))

@@ -24,6 +24,9 @@ loaded with ``tvm.runtime.load_module`` and removed at once. Without a toolchain
 says so in one line, keeps no compile cache, and its HAL model cache holds the ONNX bytes,
 compiled again on import.
 
+The export unrolls every recurrent cell (RNN, UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_RNN)
+into MatMul / Add and the activation per step: the frontend has no ONNX RNN converter.
+
 IF is an ONNX If (the frontend lowers it to a Relax If); WHILE is declined: the frontend has
 no Loop, and a compiled loop could not be stopped at the loop timeout. tvm is imported when a
 driver is made, never by ``import nncert.drivers``; TVM's own log lines on stderr (LLVM's
@@ -315,12 +318,13 @@ class TVMDriver(CompiledDriver):
         if model.main.operations[index].type is OperationType.WHILE:
             return ("TVM's Relax ONNX frontend has no Loop converter, and a compiled loop cannot be "
                     "stopped at the loop timeout")
-        return exported_operation(model, index)[0]
+        return exported_operation(model, index, unroll_rnn=True)[0]
 
     def translate(self, model: Model) -> bytes:
+        """The ONNX export with every recurrent cell unrolled: the frontend has no RNN."""
         from nncert.drivers.onnxruntime.export import canonical_bytes
 
-        return canonical_bytes(model)
+        return canonical_bytes(model, unroll_rnn=True)
 
     def standalone_runner(self, wide: Model, content: bytes) -> StandaloneRunner:
         """The exported ONNX model imported by the Relax ONNX frontend, compiled with this

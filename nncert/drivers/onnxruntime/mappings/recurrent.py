@@ -7,7 +7,8 @@ batch-major). A cell whose activation is NONE or RELU is one ONNX ``RNN`` node (
 Unsqueeze / Concat, the recurrence bias zero); the backward cell of a
 BIDIRECTIONAL_SEQUENCE_RNN is a ``direction="reverse"`` RNN of its own (the two cells may
 differ in units and inputs). ONNX's RNN activations have no clamp to [-1, 1] or [0, 6], so
-a RELU1 or RELU6 cell is unrolled: per step MatMul + MatMul + Add and a Clip. Cross-linking
+a RELU1 or RELU6 cell is unrolled: per step MatMul + MatMul + Add and a Clip (every cell is,
+in an export with ``unroll_rnn``, for a runtime without ONNX RNN). Cross-linking
 concatenates aux_input to the input and fw/bw_aux_weights to the weights along the input
 dimension (the same sum); parallel linking feeds aux_input to the backward cell. A state
 output is the cell's output at its last step (time T-1 forwards, 0 backwards).
@@ -43,7 +44,7 @@ def _cell(e: Emit, xs: str, time: int, units: int, w: str, r: str, b: str, h: st
           reverse: bool = False) -> str:
     """One RNN cell over time-major ``xs`` (W [units, size], R [units, units], b, h [batch,
     units]): its time-major outputs [time, batch, units]."""
-    if act in _ONNX_ACT:
+    if act in _ONNX_ACT and not e.g.unroll_rnn:
         name, attrs = _ONNX_ACT[act]
         axis0 = e.const([0])
         bias = e.node("Concat", [b, e.node("Mul", [b, e.const(0.0, np.float32)])], axis=0)
