@@ -666,7 +666,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     target, script = _fuzz_target(args.target)
     try:
         config = CampaignConfig(args.time, args.jobs, args.timeout, args.seed, args.minimize_time,
-                                args.progress_every, list(args.libfuzzer_flags), args.max_seeds)
+                                args.progress_every, list(args.libfuzzer_flags), args.max_seeds,
+                                **({} if args.startup is None else {"startup": args.startup}))
     except ValueError as e:
         raise UsageError(str(e)) from None
     for directory in args.corpus or []:
@@ -791,7 +792,11 @@ def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", help="fuzz target name (or path of a fuzz script)")
     p.add_argument("--driver", default="reference", metavar="SPEC",
                    help="driver under test (default: reference)")
-    p.add_argument("--time", type=float, default=60.0, metavar="S", help="seconds of fuzzing (default: 60)")
+    p.add_argument("--time", type=float, default=60.0, metavar="S",
+                   help="seconds of fuzzing, from the first worker ready (default: 60)")
+    p.add_argument("--startup", type=float, metavar="S",
+                   help="seconds the workers may take to import and run the seed corpus before the "
+                        "fuzzing time starts (default: 120)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="libFuzzer worker processes (default: 1)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="where corpus/, artifacts/, findings/, findings.jsonl and summary.json go")

@@ -70,6 +70,8 @@ TARGET = SimpleNamespace(name="toy", needs_driver=True, make=make,
 if __name__ == "__main__":
     import atheris
 
+    time.sleep(float(os.environ.get("TOY_STARTUP", "0")))  # a slow start (imports, instrumentation)
+
     argv = sys.argv[:]
     driver = None
     if "--driver" in argv:
@@ -326,3 +328,18 @@ def test_prepare_model_finds_wrong_acceptance(tmp_path, capsys):
     findings = [r for r in _records(out) if r["event"] == "finding"]
     assert findings, capsys.readouterr()
     assert all(r["kind"] == "FINDING" for r in findings), [r["key"] for r in findings]
+
+
+def test_the_fuzzing_time_counts_from_the_first_worker_ready(toy, tmp_path, monkeypatch):
+    """A worker that takes longer to start than the campaign's time still fuzzes for that time
+    (the start-up has its own allowance); without the allowance it is stopped before any input."""
+    from nncert.fuzz.campaign import Campaign, CampaignConfig, resolve_target
+
+    monkeypatch.setenv("TOY_MODES", "")
+    monkeypatch.setenv("TOY_STARTUP", "2")
+    monkeypatch.setenv("TOY_KEEP_GOING", "1")  # the registered scripts' contract (exact counts)
+    target, script = resolve_target(str(toy))
+    ran = Campaign(target, script, None, tmp_path / "a", CampaignConfig(time=1, seed=1)).run()
+    assert ran["execs"] > len(target.seeds()) and ran["startup_s"] >= 2, ran
+    cut = Campaign(target, script, None, tmp_path / "b", CampaignConfig(time=1, seed=1, startup=0)).run()
+    assert cut["execs"] == 0 and cut["startup_s"] is None, cut

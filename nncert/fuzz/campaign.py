@@ -70,6 +70,8 @@ RESERVED_FLAGS = ("fork", "jobs", "workers", "artifact_prefix", "exact_artifact_
 _HARNESS_FILES = (os.path.join("nncert", "testing", "outcome.py"),
                   os.path.join("nncert", "fuzz", "campaign.py"))
 _STATUS = re.compile(r"#(\d+)\s+\w+.*?corp: (\d+)/.*?exec/s: (\d+)")
+#: A status line libFuzzer prints only once it has run its seed corpus: the worker is fuzzing.
+_READY = re.compile(r"^#\d+\s+(?:INITED|NEW|REDUCE|RELOAD|DONE)\b", re.M)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 #: -print_final_stats's count of a run's executions (status lines come at powers of 2 while
 #: libFuzzer loads its corpus, so the last one can be half the truth).
@@ -388,12 +390,18 @@ class CampaignConfig:
     # each process probes afresh (as before issue 23: benchmarks/bench_fuzz.py --campaign).
     keep_going: bool = True
     share_probe_verdicts: bool = True
+    # Seconds the workers may take to start (the instrumented imports, running the seed corpus)
+    # before the fuzzing time starts counting: a short campaign on a busy host is not spent
+    # before its first mutated input. The fuzzing time runs from the first worker ready.
+    startup: float = 120.0
 
     def __post_init__(self) -> None:
         if not self.time > 0:
             raise ValueError(f"--time must be positive, not {self.time}")
         if self.jobs < 1:
             raise ValueError(f"--jobs must be at least 1, not {self.jobs}")
+        if not self.startup >= 0:
+            raise ValueError(f"--startup must be 0 or more seconds, not {self.startup}")
         if self.max_seeds is not None and self.max_seeds < 1:
             raise ValueError(f"--max-seeds must be at least 1, not {self.max_seeds}")
         if self.timeout < 1:
@@ -457,6 +465,7 @@ class Campaign:
         self.seen = {p.name for p in self.artifacts_dir.iterdir()}  # a previous run's are left alone
         self.started = time.monotonic()
         self.deadline = self.started + config.time  # set again when run() starts the workers
+        self.ready_after: float | None = None  # seconds until the first worker was fuzzing
         seeds = write_seeds(target, self.corpus_dir, config.max_seeds)
         for directory in corpus:
             for path in sorted(Path(directory).iterdir()):
@@ -695,13 +704,20 @@ class Campaign:
         # its final stats, the exact count of executions, and exits), after a grace killed.
         grace = 3.0
         interrupted = False
-        # The time budget is the workers': writing the corpus above does not use it up.
+        # The time budget is the workers': writing the corpus above does not use it up, nor
+        # does their start-up (up to config.startup): it counts from the first worker ready.
         self.started = time.monotonic()
-        self.deadline = self.started + self.config.time
+        self.ready_after = None
+        self.deadline = self.started + self.config.startup + self.config.time
         try:
             for w in self.workers:
                 self._start(w)
             while True:
+                if self.ready_after is None and any(w.proc is not None and _READY.search(self._run_log(w))
+                                                    for w in self.workers):
+                    now = time.monotonic()
+                    self.ready_after = round(now - self.started, 1)
+                    self.deadline = now + self.config.time
                 exited = [w for w in self.workers if w.proc is not None and w.proc.poll() is not None]
                 new = self._scan()
                 for w in exited:
@@ -736,6 +752,7 @@ class Campaign:
             "nncert": __version__,
             "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
             "seed": self.config.seed, "seeds": self.n_seeds, **self._status(),
+            "startup_s": self.ready_after,  # until the first worker fuzzed (None: none did)
             "earlier_findings": len(self.earlier),
             # key -> times the workers met it, going on past it (keep_going): the worker's own
             # classification, each key's first input replayed for the record above
