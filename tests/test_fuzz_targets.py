@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -71,6 +72,57 @@ def test_shared_decoding_leaves_the_seed_models_alone():
         assert shared.model.copy() == private.model
     for case, copy in before.values():
         assert case.model == copy, case.key.id
+
+
+def _near_seed_inputs(n: int, seed: int = 0) -> list[bytes]:
+    """Seeds of a few cases with a mutation count and a few random bytes after them: as
+    libFuzzer's inputs, many decode to a model another one decodes to."""
+    rng = random.Random(seed)
+    heads = [dec.encode_case(i)[:4] for i in range(0, len(dec.cases()), len(dec.cases()) // 40)]
+    return [rng.choice(heads) + bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 14)))
+            for _ in range(n)]
+
+
+def test_model_keys_are_equal_only_for_equal_models():
+    """decode.model_key, the validate_model target's memo key: two models with one key are
+    the same bit for bit (classes, float bits, constants); and the memo does find repeats."""
+    content: dict[tuple, bytes] = {}
+    repeats = 0
+    for data in _near_seed_inputs(2500):
+        d = dec.decode_model(data, private=False)
+        m = d.model
+        exact = pickle.dumps((m.main, m.referenced, m.operand_values, m.relax_computation_float32_to_float16,
+                              [id(p) for p in m.pools]))
+        key = dec.model_key(d)
+        if key in content:
+            repeats += 1
+            assert content[key] == exact, d.describe()
+        content[key] = exact
+    assert repeats > 250
+
+
+def test_the_validate_model_memo_never_hides_a_finding(monkeypatch):
+    """A model the validator raised on (anything but ValidationError) is validated, and so
+    reported, every time it comes again; a model it judged is not validated again."""
+    import nncert.fuzz.targets as targets
+
+    calls, outcome = [], {"raise": RuntimeError("a validator bug")}
+
+    def validator(model, version=None):
+        calls.append(model)
+        raise outcome["raise"]
+
+    monkeypatch.setattr(targets, "validate_model", validator)
+    one = TARGETS["validate_model"].make(None)
+    data = dec.encode_case(0)
+    for tail in (b"", b"\xff"):  # the same model twice (the decoder never reads the tail)
+        with pytest.raises(Finding):
+            one(data + tail)
+    assert len(calls) == 2
+    outcome["raise"] = ValidationError("rule", "where", "invalid")
+    one(data)
+    one(data + b"\xfe")
+    assert len(calls) == 3
 
 
 def test_seeds_decode_to_valid_models_and_requests():

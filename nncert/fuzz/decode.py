@@ -305,6 +305,58 @@ def decode_model(data: bytes, private: bool = True) -> DecodedModel:
     return decoded
 
 
+def model_key(decoded: DecodedModel) -> tuple:
+    """A key equal for two decoded models exactly when their contents are, for the validate
+    target's memo of models already validated (most inputs of a campaign decode to a model seen
+    before: libFuzzer changes bytes the decoder never reads, or mutates a field to what it
+    was). Cheap because decoding copies on write: an operand, operation or constant area no
+    mutation touched is the seed model's own object, named by its identity (seed models live
+    as long as the process, ``seed_case``); anything touched is named by its values, with
+    their classes (an int is not the enum member of the same value) and floats by their bits
+    (-0.0 is not 0.0). The seed's pools and referenced subgraphs are never changed."""
+    seed = decoded.case.model
+    own = _seed_objects(seed)
+    sg, model = decoded.model.main, decoded.model
+    values = model.operand_values
+    return (id(seed), model.relax_computation_float32_to_float16,
+            id(values) if values is seed.operand_values else values,
+            tuple(id(o) if id(o) in own else _operand_key(o) for o in sg.operands),
+            tuple(id(op) if id(op) in own else (op.type.__class__, op.type, _ints_key(op.inputs),
+                                                 _ints_key(op.outputs)) for op in sg.operations),
+            _ints_key(sg.input_indexes), _ints_key(sg.output_indexes))
+
+
+_SEED_OBJECTS: dict[int, frozenset[int]] = {}
+
+
+def _seed_objects(seed: Model) -> frozenset[int]:
+    """The identities of a seed model's operands and operations (seed models never die)."""
+    found = _SEED_OBJECTS.get(id(seed))
+    if found is None:
+        found = _SEED_OBJECTS[id(seed)] = frozenset(map(id, [*seed.main.operands, *seed.main.operations]))
+    return found
+
+
+def _ints_key(values: list | tuple) -> tuple:
+    return tuple(values), tuple(map(type, values))
+
+
+_DOUBLE = struct.Struct("<d")
+
+
+def _number_key(x: object) -> object:
+    return _DOUBLE.pack(x) if x.__class__ is float else (x.__class__, x)  # every bit, a NaN's payload too
+
+
+def _operand_key(o: Operand) -> tuple:
+    loc, cq = o.location, o.channel_quant
+    return (o.type.__class__, o.type, _ints_key(o.dimensions), _number_key(o.scale),
+            _number_key(o.zero_point), o.lifetime.__class__, o.lifetime, loc.__class__,
+            _ints_key((loc.pool_index, loc.offset, loc.length, loc.padding)),
+            None if cq is None else (cq.__class__, tuple(map(_number_key, cq.scales)),
+                                     _number_key(cq.channel_dim)))
+
+
 def _own_operand(sg: Subgraph, i: int) -> Operand:
     """Operand ``i`` of ``sg``, replaced by a copy the decoded model may change."""
     o = sg.operands[i]

@@ -132,15 +132,35 @@ def _verdicts(d: dec.DecodedModel, version) -> tuple[ValidationError | None, Val
 
 # -- validate_model / validate_request ------------------------------------------------------------
 
+#: Models the validate_model target remembers having validated (then it starts afresh).
+VALIDATED_MEMO = 1 << 16
+#: A model whose mutated constants are larger than this is not remembered (memory).
+MEMO_VALUES_BYTES = 1 << 12
+
+
 def make_validate_model(spec: str | None = None) -> OneInput:
+    """The validator on each decoded model, once per distinct model: validation is a pure
+    function of the model, and about two inputs in three of a campaign decode to a model
+    already validated (``decode.model_key``), which would only give the same verdict and the
+    same coverage again. A model that raised anything but ValidationError is not remembered."""
+    validated: set[tuple] = set()
+
     def one_input(data: bytes) -> None:
         d = dec.decode_model(data, private=False)  # the validator only reads it
+        key = dec.model_key(d)
+        if key in validated:
+            return
         try:
             validate_model(d.model)
         except ValidationError:
             pass
         except Exception as e:
             raise _unexpected(e, d.case.key.operation, "validate_model") from e
+        if d.model.operand_values is d.case.model.operand_values or \
+                len(d.model.operand_values) <= MEMO_VALUES_BYTES:
+            if len(validated) >= VALIDATED_MEMO:
+                validated.clear()
+            validated.add(key)
 
     return one_input
 
