@@ -4,8 +4,10 @@ defect, each the strict xfail of its driver, and docs/findings.md generated from
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
@@ -46,9 +48,35 @@ def test_each_finding_is_a_strict_xfail_of_its_driver(finding):
         return
     exps = expectations.load(finding.driver)
     built_from_a_test = (finding.build,) if "::" in finding.build else ()  # not a random graph's spec
-    for source in (*built_from_a_test, *(s for s in finding.sources if "*" not in s and "?" not in s)):
+    tests = [s for s in finding.sources
+             if "*" not in s and "?" not in s and not s.startswith(findings.FUZZ_SOURCE)]  # (fuzz: below)
+    for source in (*built_from_a_test, *tests):
         entry = expectations.match(exps, source)
         assert entry is not None, f"{finding.id}: {source} is no expected failure of {finding.driver}"
+
+
+FUZZ_SOURCES = [(f, d) for f in CATALOGUE for d in f.fuzz_sources]
+
+
+@pytest.mark.parametrize("finding, where", FUZZ_SOURCES, ids=[d.name for _, d in FUZZ_SOURCES])
+def test_each_fuzz_source_replays_as_its_record_says(finding, where):
+    """A fuzz finding among a record's sources is its campaign's directory (spec.json and the
+    minimised input), found on the record's driver and operation, and its input still gives
+    its key on its catalogue case when replayed (a fresh driver in a child process)."""
+    from nncert.fuzz.campaign import replay
+    from nncert.fuzz.targets import TARGETS
+
+    spec = json.loads((where / "spec.json").read_text())
+    data = (where / "minimized").read_bytes()
+    assert data.hex() == spec["input_hex"]
+    assert spec["driver"] == finding.driver and spec["key"].split("|")[1] in finding.case()["operations"]
+    distribution = finding.case()["packages"][0].partition("==")[0]
+    try:
+        metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed")
+    verdict = replay(TARGETS[spec["target"]], spec["driver"], data, timeout=120)
+    assert (verdict.key, verdict.test) == (spec["key"], spec["test"]), verdict.message
 
 
 def test_the_page_is_generated_from_the_catalogue():

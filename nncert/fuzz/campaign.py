@@ -632,10 +632,16 @@ class Campaign:
         minimal = data
         if verdict.kind in ("FINDING", "EXCEPTION", "CRASH"):  # a HANG costs a timeout per attempt
             budget = min(self.config.minimise_time, max(2.0, self.deadline - time.monotonic()))
-            minimal = minimise(data, verdict.key, lambda d: replay(
-                self.target, self.driver, d, self._replay_timeout(), self.verdicts_dir).key == verdict.key,
-                budget)
+            minimal = minimise(data, verdict.key, lambda d: self._same(replay(
+                self.target, self.driver, d, self._replay_timeout(), self.verdicts_dir), verdict), budget)
         self._write_spec(where, record, verdict, data, minimal)
+
+    @staticmethod
+    def _same(candidate: Verdict, verdict: Verdict) -> bool:
+        """Whether a minimisation candidate shows the finding: its key, and for a Finding on a
+        catalogue case, that case (dropping bytes can move an execute input onto another case
+        with the same key, perhaps one the driver's expectations list)."""
+        return candidate.key == verdict.key and candidate.test == verdict.test
 
     def _write_spec(self, where: Path, record: dict[str, Any], verdict: Verdict, original: bytes,
                     minimal: bytes) -> None:
@@ -649,7 +655,7 @@ class Campaign:
         spec = {
             "target": self.target.name, "driver": self.driver, "key": verdict.key, "kind": verdict.kind,
             "message": verdict.message, "signal": verdict.signal, "frames": verdict.frames,
-            "describe": description, "input_hex": minimal.hex(),
+            "test": verdict.test, "describe": description, "input_hex": minimal.hex(),
             "input_base64": base64.b64encode(minimal).decode(), "input_size": len(minimal),
             "original_size": len(original), "original_sha1": content_name(original),
             "command": command, "detail": verdict.detail[-2000:],

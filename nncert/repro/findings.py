@@ -13,7 +13,9 @@ outcome, the magnitude, the N-way verdict. ``docs/findings.md`` is generated fro
 One defect is one record however many suites meet it: records are keyed by runtime,
 operations, types and symptom (``key``), and that key is unique in the catalogue; the
 record's ``sources`` list every test (per-operation, edge case, execution path, random graph)
-and fuzz finding that meets it.
+and fuzz finding that meets it. A fuzz finding is named by its directory under findings/
+(``fuzz/NAME``: the campaign's ``spec.json`` and ``minimized`` input, nncert.fuzz.campaign),
+for what fuzzing meets on a case whose conformance test passes (the fuzzer's own values).
 
 ``replay`` runs a record's reproducer against the installed runtime (nncert unimportable,
 with a deadline) and says whether it still reproduces: a defect fixed upstream shows up as
@@ -51,6 +53,8 @@ KINDS = ("bug", "deviation")
 REQUIRED = ("id", "title", "driver", "build", "symptom", "kind", "summary", "sources", "first_seen")
 OPTIONAL = ("fixed_in", "note")
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+#: How a source that is a fuzz finding starts: its directory under findings/.
+FUZZ_SOURCE = "fuzz/"
 
 
 class CatalogueError(ValueError):
@@ -74,6 +78,11 @@ class Finding:
     @property
     def directory(self) -> Path:
         return FINDINGS_DIR / self.id
+
+    @property
+    def fuzz_sources(self) -> list[Path]:
+        """The directories of the fuzz findings among the sources."""
+        return [FINDINGS_DIR / s for s in self.sources if s.startswith(FUZZ_SOURCE)]
 
     def case(self) -> dict[str, Any]:
         """The reproducer's case.json (StandaloneError when it has none)."""
