@@ -64,7 +64,8 @@ def test_fuzz_target(target, campaigns, record_property):
     summary = campaigns(target).result()
     findings = [{"key": key, **f} for key, f in summary["findings_by_key"].items()]
     record_property("nncert_fuzz", {"target": target, "execs": summary["execs"], "corpus": summary["corpus"],
-                                    "seconds": summary["elapsed_s"], "findings": findings})
+                                    "seconds": summary["elapsed_s"], "startup_s": summary.get("startup_s"),
+                                    "findings": findings})
     new = [f for f in findings if not f["known"]]
     if new:
         pytest.fail("; ".join(f"VAL-3: {f['kind']} {f['key']}: {f['message']} (replay: {f['command']})"

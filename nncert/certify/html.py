@@ -891,7 +891,7 @@ def _fuzz(report: dict[str, Any]) -> str:
             + "</li>"
             for f in r.get("findings") or []
         )
-        seconds = r.get("seconds")
+        seconds, startup = r.get("seconds"), r.get("startup_s")
         rate = r["execs"] / seconds if _real(r.get("execs")) and _real(seconds) and seconds else None
         out.append(
             [
@@ -900,7 +900,8 @@ def _fuzz(report: dict[str, Any]) -> str:
                 _number(r.get("execs")),
                 f"{rate:,.0f}" if rate is not None else "—",
                 _number(r.get("corpus")),
-                _number(seconds),
+                _number(seconds) + (f"<br><span class='muted'>{_number(startup)} starting</span>"
+                                     if _real(startup) else ""),
                 f"<ul class='tests'>{findings}</ul>" if findings else "<span class='muted'>none</span>",
             ]
         )
