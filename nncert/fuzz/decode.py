@@ -318,11 +318,16 @@ def model_key(decoded: DecodedModel) -> tuple:
     own = _seed_objects(seed)
     sg, model = decoded.model.main, decoded.model
     values = model.operand_values
+    operands, operations = tuple(map(id, sg.operands)), tuple(map(id, sg.operations))
+    if not own.issuperset(operands):  # the common case, all the seed's, costs no loop
+        operands = tuple(i if i in own else _operand_key(o)
+                         for i, o in zip(operands, sg.operands, strict=True))
+    if not own.issuperset(operations):
+        operations = tuple(i if i in own else (op.type.__class__, op.type, _ints_key(op.inputs),
+                                               _ints_key(op.outputs))
+                           for i, op in zip(operations, sg.operations, strict=True))
     return (id(seed), model.relax_computation_float32_to_float16,
-            id(values) if values is seed.operand_values else values,
-            tuple(id(o) if id(o) in own else _operand_key(o) for o in sg.operands),
-            tuple(id(op) if id(op) in own else (op.type.__class__, op.type, _ints_key(op.inputs),
-                                                 _ints_key(op.outputs)) for op in sg.operations),
+            id(values) if values is seed.operand_values else values, operands, operations,
             _ints_key(sg.input_indexes), _ints_key(sg.output_indexes))
 
 
