@@ -723,7 +723,9 @@ class Campaign:
                                                     for w in self.workers):
                     now = time.monotonic()
                     self.ready_after = round(now - self.started, 1)
-                    self.deadline = now + self.config.time
+                    # at most the allowance: a worker ready later does not put the end off (the
+                    # workers' own -max_total_time, startup + time, would then end them first)
+                    self.deadline = min(now, self.started + self.config.startup) + self.config.time
                 exited = [w for w in self.workers if w.proc is not None and w.proc.poll() is not None]
                 new = self._scan()
                 for w in exited:
