@@ -110,7 +110,10 @@ def measure_campaign(target: str, seconds: int, jobs: int, driver: str | None, n
     from nncert.fuzz.campaign import Campaign, CampaignConfig, resolve_target
 
     t, script = resolve_target(target)
-    config = CampaignConfig(time=seconds, jobs=jobs, seed=1, keep_going=now, share_probe_verdicts=now)
+    # startup=0: the time counts from the workers' start in both (a worker restarted on every
+    # Finding would otherwise never be "ready" and get the whole start-up allowance on top)
+    config = CampaignConfig(time=seconds, jobs=jobs, seed=1, startup=0, keep_going=now,
+                            share_probe_verdicts=now)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         s = Campaign(t, script, driver, Path(tmp) / "campaign", config).run()
