@@ -64,7 +64,7 @@ from nncert.drivers.base import (
 from nncert.drivers.service import buffers, wire
 from nncert.drivers.service.buffers import RemoteBuffer
 from nncert.drivers.service.fmq import MessageQueue, QueueAborted, QueueTimeout
-from nncert.drivers.service.spin import poll_readable
+from nncert.drivers.service.spin import arrived, poll_readable
 from nncert.files import UnsafePathError, check_dir
 from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.memory import Memory
@@ -190,6 +190,8 @@ class Connection:
         self.idle: list[socket.socket] = []
         self.sockets: list[socket.socket] = []
         self.client: tuple[int, str] | None = None
+        #: How long replies have lately taken (spin.arrived): whether polling for one pays.
+        self.latency = 0.0
         #: The calls beyond the HAL's that the service offers (its ``hello``).
         self.extra_calls: frozenset[str] = frozenset()
         self.releases: collections.deque[int] = collections.deque()
@@ -329,8 +331,9 @@ class Connection:
             sock.settimeout(limit)
             deadline = time.monotonic() + limit
             wire.send_message(sock, call_id, message, blob, fds)
-            poll_readable(sock.fileno(), self.POLL_S)
+            started = poll_readable(sock.fileno(), self.POLL_S, self.latency)
             got = wire.recv_message(sock, deadline=deadline, max_blob=0)  # replies carry no binary part
+            self.latency = arrived(self.latency, started)
         except TimeoutError:
             self.hang(op, limit)
         except (OSError, wire.TruncatedMessage):  # the service went away

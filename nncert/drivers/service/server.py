@@ -44,7 +44,7 @@ from nncert.drivers.base import Burst, Driver, FencedExecutionCallback, Prepared
 from nncert.drivers.service import wire
 from nncert.drivers.service.buffers import BufferEntry, BufferOps
 from nncert.drivers.service.fmq import CorruptMessageError, MessageQueue, QueueAborted
-from nncert.drivers.service.spin import poll_readable
+from nncert.drivers.service.spin import arrived, poll_readable
 from nncert.files import UnsafePathError, own_dir
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
@@ -306,9 +306,10 @@ class Session(BufferOps):
     POLL_S = 0.0005
 
     def serve(self) -> None:
+        latency = 0.0
         try:
             while True:
-                poll_readable(self.sock.fileno(), self.POLL_S)
+                started = poll_readable(self.sock.fileno(), self.POLL_S, latency)
                 try:
                     message = wire.recv_message(self.sock, stall=self.service.message_timeout)
                 except wire.ProtocolError as e:
@@ -318,6 +319,7 @@ class Session(BufferOps):
                     break
                 if message is None:
                     break
+                latency = arrived(latency, started)
                 call_id, body, blob, fds = message
                 self.dispatch(call_id, body.get("op"), Body(body), blob, fds)
         finally:

@@ -31,12 +31,22 @@ def idle_core(now: float) -> bool:
     return bool(_load["idle"])
 
 
-def poll_readable(fd: int, seconds: float) -> None:
-    """Poll ``fd`` for up to ``seconds`` (when a core is idle), so that a reply arriving
-    soon is read without sleeping; the caller then reads, blocking if nothing came."""
+def poll_readable(fd: int, seconds: float, latency: float = 0.0) -> float:
+    """Poll ``fd`` for up to ``seconds`` (when a core is idle, and when ``latency``, how long
+    messages have lately taken to come, is within that window), so that a reply arriving
+    soon is read without sleeping; the caller then reads, blocking if nothing came. Returns
+    when it started, for ``arrived``."""
     start = time.monotonic()
-    if not idle_core(start):
-        return
+    if latency >= seconds or not idle_core(start):
+        return start
     until = start + seconds
     while not readable([fd], 0) and time.monotonic() < until:
         os.sched_yield()
+    return start
+
+
+def arrived(latency: float, started: float) -> float:
+    """The moving average of how long messages take to come, with one more that came now
+    after waiting since ``started``: polling stops paying once they come later than its
+    window (a test's next call after its checks, a reply after a preparation)."""
+    return latency + 0.2 * (time.monotonic() - started - latency)
