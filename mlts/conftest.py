@@ -44,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mlts-duration", type=float, default=1.0, metavar="SECONDS",
                     help="how long each MLTS stress case works (default: 1)")
     group.addoption("--mlts-max-slowdown", type=float, default=StressConfig.max_slowdown, metavar="RATIO",
-                    help="performance_degradation: the most the inference latency (its fastest fifth) may grow "
-                         f"beside a compilation (default: {StressConfig.max_slowdown})")
+                    help="performance_degradation: the most the inference latency (its fastest fifth) "
+                         f"may grow beside a compilation (default: {StressConfig.max_slowdown})")
     # Read as text and checked in pytest_configure: a bad value is then one line, not argparse's usage.
     group.addoption("--mlts-limit", default=str(DEFAULT_LIMIT), metavar="N",
                     help=f"MLTS accuracy: samples per model, or 'all' (default: {DEFAULT_LIMIT})")

@@ -55,8 +55,8 @@ def test_graphs_applies_expectations_from_the_first_failing_graph_on(tmp_path, c
 def test_pytest_applies_the_same_rule(tmp_path):
     def run(n: int) -> str:
         proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_random_graphs.py", "-q",
-                               "-p", "no:cacheprovider", f"--driver={DRIVER}", f"--graphs={n}", "--no-three-way",
-                               "-k", CELL, f"--expectations={_file(tmp_path, FIRST)}",
+                               "-p", "no:cacheprovider", f"--driver={DRIVER}", f"--graphs={n}",
+                               "--no-three-way", "-k", CELL, f"--expectations={_file(tmp_path, FIRST)}",
                                f"--graph-dir={tmp_path / 'g'}"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
         return proc.stdout.strip().splitlines()[-1]

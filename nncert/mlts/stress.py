@@ -672,7 +672,8 @@ def _latencies_beside(clients: _Clients, runner: Runner, window: float) -> list[
        models=lambda config: [*_the_stress_model(config), _larger_model(config.seed)])
 def _performance_degradation(case: Case) -> dict[str, Any]:
     """Inference latency (the fastest fifth, SLOWDOWN_QUANTILE) beside another process compiling
-    a larger model in a loop vs. beside a process that only computes: the slowdown must stay within max_slowdown (1.5x).
+    a larger model in a loop vs. beside a process that only computes: the slowdown must stay
+    within max_slowdown (1.5x).
     The control window keeps as many processes runnable as the measured one, so that a host
     short of cores (a CI runner, a test session beside other work) slows both alike and the
     ratio is the compilation's own effect: the driver's locks, threads and memory, not the

@@ -323,7 +323,7 @@ def _same_non_finite(driver: Sequence[np.ndarray], peer: Sequence[np.ndarray]) -
     reference (its NaN leaves an element undefined) but not for the driver's outputs: a NaN
     from the driver is its answer, and a peer with a number there does not agree with it
     (IREE's NaN from a slice read out of bounds was "agreed with" by every peer)."""
-    for d, p in zip(driver, peer):
+    for d, p in zip(driver, peer, strict=False):  # (a count mismatch is the criteria's to judge)
         d, p = np.asarray(d), np.asarray(p)
         if d.dtype.kind != "f" or d.shape != p.shape:
             continue  # the criteria judge shapes and non-float types
