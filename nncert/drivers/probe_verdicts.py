@@ -91,15 +91,16 @@ class _Space:
         return key in self.verdicts, self.verdicts.get(key)
 
     def put(self, found: dict[bytes, str | None]) -> None:
-        lines = "".join(json.dumps({"k": k.hex(), "v": v}) + "\n" for k, v in found.items() if durable(v))
-        if not lines:
+        kept = {k: v for k, v in found.items() if durable(v)}
+        if not kept:
             return
+        lines = "".join(json.dumps({"k": k.hex(), "v": v}) + "\n" for k, v in kept.items())
         if self._fd is None or self._pid != os.getpid():  # a fork writes a file of its own
             self._pid = os.getpid()
             self._fd = files.open_append(self.dir / f"{self._pid}.jsonl")
             self._read[f"{self._pid}.jsonl"] = os.fstat(self._fd).st_size
         os.write(self._fd, lines.encode())
-        self.verdicts.update((k, v) for k, v in found.items() if durable(v))
+        self.verdicts.update(kept)
 
     def _refresh(self) -> None:
         own = f"{self._pid}.jsonl" if self._fd is not None else None
