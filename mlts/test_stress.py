@@ -11,8 +11,16 @@ from nncert.mlts.stress import DECLINED, MODES, run_case
 from nncert.testing.harness import decline
 
 
+#: A latency ratio is a measurement, not a pass/fail test where CI runs it: beside whatever else
+#: a busy host runs it moved from 1.0x (alone) to 2.4x and 9.7x (the end of a CI run). It is
+#: judged where it is asked for (-m slow, and `nncert certify`, whose plans run every mode);
+#: tests/test_mlts_stress.py checks its figures and its verdict either way in the default run.
+_MEASURED = {"performance_degradation"}
+
+
 @pytest.mark.req("MLTS-2")
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) if m in _MEASURED else m
+                                  for m in MODES])
 def test_stress(mode, driver, pytestconfig, stress_config, record_property):
     record = run_case(mode, driver, pytestconfig.getoption("driver"), stress_config)
     record_property("mlts_stress", record.to_json())
