@@ -10,7 +10,6 @@ import pytest
 from nncert.mlts.stress import DECLINED, MODES, run_case
 from nncert.testing.harness import decline
 
-
 #: A latency ratio is a measurement, not a pass/fail test where CI runs it: beside whatever else
 #: a busy host runs it moved from 1.0x (alone) to 2.4x and 9.7x (the end of a CI run). It is
 #: judged where it is asked for (-m slow, and `nncert certify`, whose plans run every mode);
