@@ -59,7 +59,10 @@ def start(directory: str | None = None, worker: str = "main") -> None:
             sys.dont_write_bytecode = False
             sys.pycache_prefix = str(_dir / "pycache")
         _launcher = subprocess.Popen([sys.executable, __file__, str(_dir)], stdin=subprocess.PIPE, cwd=ROOT)
-    os.environ.setdefault("NNCERT_STATE_DIR", str(_dir / f"state-{worker}"))
+    # A worker inherits the controller's environment: the controller's own directory there
+    # was not named by the user, and is replaced by the worker's.
+    if os.environ.get("NNCERT_STATE_DIR", str(_dir / "state-main")) == str(_dir / "state-main"):
+        os.environ["NNCERT_STATE_DIR"] = str(_dir / f"state-{worker}")
 
 
 def scratch() -> Path:

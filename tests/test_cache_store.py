@@ -86,6 +86,80 @@ def test_store_is_shared_between_two_handles(tmp_path):
     assert a.get(b"t" * 32) is None
 
 
+def _scribble(path: Path) -> None:
+    """Overwrite the database's pages after its header: sqlite reads it as malformed."""
+    data = bytearray(path.read_bytes())
+    data[100:] = b"\xa5" * (len(data) - 100)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["pages", "not a database"])
+def test_a_corrupt_store_is_set_aside_and_begun_afresh(tmp_path, damage):
+    """A corrupt store costs cache hits, never an exception: the next handle (or the open one,
+    at its next use) moves it to .corrupt and starts an empty one."""
+    path = tmp_path / "s.sqlite"
+    open_handle = TokenStore(path, "v1")
+    for i in range(200):
+        open_handle.put(i.to_bytes(32, "little"), b"h" * 32)
+    open_handle.close()
+    if damage == "pages":
+        _scribble(path)
+    else:
+        path.write_bytes(b"this is no sqlite file" * 100)
+    fresh = TokenStore(path, "v1")
+    assert len(fresh) == 0 and (tmp_path / "s.sqlite.corrupt").exists()
+    fresh.put(b"t" * 32, b"h")
+    assert TokenStore(path, "v1").get(b"t" * 32) == b"h"
+
+
+def test_a_store_corrupted_under_an_open_handle_recovers_there(tmp_path):
+    path = tmp_path / "s.sqlite"
+    store = TokenStore(path, "v1")
+    writer = TokenStore(path, "v1")  # written by another handle: none of it in the store's page cache
+    for i in range(500):
+        writer.put(i.to_bytes(32, "little"), b"h" * 32)
+    writer._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the file the damage hits
+    writer.close()
+    _scribble(path)
+    assert store.get((7).to_bytes(32, "little")) is None  # lost with the store, not an error
+    store.put(b"t" * 32, b"h")
+    assert TokenStore(path, "v1").get(b"t" * 32) == b"h"
+
+
+def test_a_replaced_store_is_reopened(tmp_path):
+    """Another process set the store aside (or someone removed it): this handle writes to the
+    file now at the path, where the others read, not to the unlinked one."""
+    path = tmp_path / "s.sqlite"
+    store = TokenStore(path, "v1")
+    store.put(b"a" * 32, b"h")
+    for name in tmp_path.iterdir():
+        name.unlink()
+    store.put(b"b" * 32, b"h")
+    assert TokenStore(path, "v1").get(b"b" * 32) == b"h"
+
+
+def test_a_fork_connects_on_its_own(tmp_path):
+    """sqlite forbids using a connection across fork(): the child connects again, and the
+    parent's connection goes on working after the child has exited."""
+    path = tmp_path / "s.sqlite"
+    store = TokenStore(path, "v1")
+    store.put(b"p" * 32, b"1")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            child = store._db
+            for i in range(100):
+                store.put(i.to_bytes(32, "little"), b"c")
+            code = 0 if store.get(b"p" * 32) == b"1" and store._db is not child else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.put(b"q" * 32, b"2")
+    assert len(store) == 102 and store.get((99).to_bytes(32, "little")) == b"c"
+
+
 @pytest.mark.parametrize("spec", ["reference", "service:reference"])
 def test_prepare_with_cache_miss_hit_refused(tmp_path, spec):
     driver = load_driver(f"{spec}:state_dir={tmp_path / 'state'}")

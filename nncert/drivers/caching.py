@@ -33,6 +33,7 @@ so a directory someone else controls could otherwise point them at any file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -136,55 +137,122 @@ def state_dir(option: str | os.PathLike | None = None) -> Path:
     return Path(base) / "nncert"
 
 
+#: Connections a forked process inherited: never used nor closed there (sqlite forbids both,
+#: and closing one would be collected, and closed, by its garbage collection).
+_INHERITED: list[sqlite3.Connection] = []
+
+
 class TokenStore:
     """token -> hash of the model cache, in an sqlite database that several threads and
     processes share (CACHE-4, CACHE-7). Opened for one driver version: entries recorded by
-    another version are dropped first."""
+    another version are dropped first.
+
+    A store sqlite finds corrupt (or not a database at all) is moved aside to
+    ``<name>.corrupt`` and begun afresh: it holds only the hashes of caches, so what is lost
+    is cache hits, never a check (a token with no entry is refused). A process connects
+    again when the file was replaced under it (another process set it aside, someone removed
+    it) and after a fork. What still fails is a ``HalError`` (GENERAL_FAILURE) naming the file."""
 
     def __init__(self, path: Path, version: str) -> None:
         files.private_dir(path.parent)
-        for name in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
-            files.check_file(name)  # sqlite opens them following links: none may be one
-        os.close(files.open_private(path))  # created 0600; sqlite gives its -wal, -shm the same mode
         self.path = path
+        self.version = version
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, timeout=STORE_TIMEOUT_S, isolation_level=None,
-                                   check_same_thread=False)
+        self._db: sqlite3.Connection | None = None
+        self._pid = 0
+        self._inode = (0, 0)
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("BEGIN IMMEDIATE")
+            self._open(check=False)
+
+    def _connect(self, check: bool) -> None:
+        for name in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal"))):
+            files.check_file(name)  # sqlite opens them following links: none may be one
+        os.close(files.open_private(self.path))  # created 0600; sqlite gives its -wal, -shm the same mode
+        st = os.stat(self.path)
+        db = sqlite3.connect(self.path, timeout=STORE_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            if check and db.execute("PRAGMA quick_check").fetchone() != ("ok",):
+                raise sqlite3.DatabaseError("database disk image is malformed (quick_check)")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-                self._db.execute("CREATE TABLE IF NOT EXISTS entries (token BLOB PRIMARY KEY, hash BLOB)")
-                row = self._db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-                if row is None or row[0] != version:
-                    self._db.execute("DELETE FROM entries")
-                    self._db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (version,))
-                self._db.execute("COMMIT")
+                db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+                db.execute("CREATE TABLE IF NOT EXISTS entries (token BLOB PRIMARY KEY, hash BLOB)")
+                row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+                if row is None or row[0] != self.version:
+                    db.execute("DELETE FROM entries")
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (self.version,))
+                db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
+        except BaseException:
+            db.close()
+            raise
+        self._db, self._pid, self._inode = db, os.getpid(), (st.st_dev, st.st_ino)
+
+    def _open(self, check: bool) -> None:
+        """Connect; a corrupt store is set aside and begun afresh (the class's docstring)."""
+        try:
+            self._connect(check)
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError):  # locked, unreadable: not the file's content
+                raise
+            os.replace(self.path, self.path.with_name(self.path.name + ".corrupt"))
+            for suffix in ("-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path.with_name(self.path.name + suffix))
+            self._connect(check=False)
+
+    def _replaced(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self._inode
+
+    def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                if self._db is not None and self._pid != os.getpid():
+                    _INHERITED.append(self._db)
+                    self._db = None
+                if self._db is not None and self._replaced():
+                    self._db.close()
+                    self._db = None
+                if self._db is None:
+                    self._open(check=False)
+                assert self._db is not None
+                try:
+                    return self._db.execute(sql, args).fetchall()
+                except sqlite3.DatabaseError as e:
+                    if isinstance(e, sqlite3.OperationalError):
+                        raise
+                self._db.close()  # corrupt under us: connect again, checking the file this time
+                self._open(check=True)
+                return self._db.execute(sql, args).fetchall()
+            except (OSError, sqlite3.Error) as e:  # an UnsafePathError too
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"the cache store {self.path}: {e}") from None
 
     def get(self, token: bytes) -> bytes | None:
-        with self._lock:
-            row = self._db.execute("SELECT hash FROM entries WHERE token = ?", (bytes(token),)).fetchone()
-        return None if row is None else bytes(row[0])
+        rows = self._run("SELECT hash FROM entries WHERE token = ?", (bytes(token),))
+        return bytes(rows[0][0]) if rows else None
 
     def put(self, token: bytes, hash_: bytes) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?)", (bytes(token), hash_))
+        self._run("INSERT OR REPLACE INTO entries VALUES (?, ?)", (bytes(token), hash_))
 
     def drop(self, token: bytes) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM entries WHERE token = ?", (bytes(token),))
+        self._run("DELETE FROM entries WHERE token = ?", (bytes(token),))
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+        return int(self._run("SELECT COUNT(*) FROM entries")[0][0])
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None and self._pid == os.getpid():
+                self._db.close()
+            self._db = None
 
 
 _STORES_LOCK = threading.Lock()
@@ -234,7 +302,7 @@ def save(driver: Driver, prepared: PreparedModel, model_cache: Sequence[int], da
         for fd in data_cache:
             write_file(fd, data_bytes)
         store.put(token, hash_)
-    except (OSError, ValueError, TypeError, OverflowError, sqlite3.Error):
+    except (OSError, ValueError, TypeError, OverflowError, sqlite3.Error, HalError):
         return
 
 
