@@ -164,12 +164,17 @@ class TokenStore:
         with self._lock:
             self._open(check=False)
 
+    def _companions(self) -> list[Path]:
+        """The files sqlite keeps beside the database."""
+        return [self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal")]
+
     def _connect(self, check: bool) -> None:
-        for name in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        for name in (self.path, *self._companions()):
             files.check_file(name)  # sqlite opens them following links: none may be one
         os.close(files.open_private(self.path))  # created 0600; sqlite gives its -wal, -shm the same mode
         st = os.stat(self.path)
-        db = sqlite3.connect(self.path, timeout=STORE_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, timeout=STORE_TIMEOUT_S, isolation_level=None,
+                             check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             if check and db.execute("PRAGMA quick_check").fetchone() != ("ok",):
@@ -200,9 +205,9 @@ class TokenStore:
             if isinstance(e, sqlite3.OperationalError):  # locked, unreadable: not the file's content
                 raise
             os.replace(self.path, self.path.with_name(self.path.name + ".corrupt"))
-            for suffix in ("-wal", "-shm", "-journal"):
+            for name in self._companions():
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path.with_name(self.path.name + suffix))
+                    os.unlink(name)
             self._connect(check=False)
 
     def _replaced(self) -> bool:
