@@ -4,18 +4,23 @@ defect, each the strict xfail of its driver, and docs/findings.md generated from
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from importlib import metadata
 
+import numpy as np
 import pytest
 
-from nncert.repro import findings, standalone
+from nncert.repro import findings, fuzzed, standalone
 from nncert.testing import expectations
 
 CATALOGUE = findings.load()
 IDS = [f.id for f in CATALOGUE]
+#: A hang's replay runs until its deadline (standalone.HANG_S): behind -m slow, out of CI's time.
+HANG = pytest.mark.slow
+REPLAYED = [pytest.param(f, id=f.id, marks=HANG if f.symptom == "hang" else ()) for f in CATALOGUE]
 
 
 def test_the_catalogue_has_fifteen_distinct_defects_at_least():
@@ -55,26 +60,38 @@ def test_each_finding_is_a_strict_xfail_of_its_driver(finding):
         assert entry is not None, f"{finding.id}: {source} is no expected failure of {finding.driver}"
 
 
-FUZZ_SOURCES = [(f, d) for f in CATALOGUE for d in f.fuzz_sources]
+FUZZ_SOURCES = [pytest.param(f, d, id=d.name, marks=HANG if f.symptom == "hang" else ())
+                for f in CATALOGUE for d in f.fuzz_sources]
 
 
-@pytest.mark.parametrize("finding, where", FUZZ_SOURCES, ids=[d.name for _, d in FUZZ_SOURCES])
+@pytest.mark.parametrize("finding, where", FUZZ_SOURCES)
 def test_each_fuzz_source_replays_as_its_record_says(finding, where):
     """A fuzz finding among a record's sources is its campaign's directory (spec.json and the
     minimised input), found on the record's driver and operation, and its input still gives
-    its key on its catalogue case when replayed (a fresh driver in a child process)."""
+    its key on its catalogue case when replayed (a fresh driver in a child process): a hang's
+    no answer within the deadline it was found with."""
     from nncert.fuzz.campaign import replay
     from nncert.fuzz.targets import TARGETS
 
     spec = json.loads((where / "spec.json").read_text())
     data = (where / "minimized").read_bytes()
     assert data.hex() == spec["input_hex"]
-    assert spec["driver"] == finding.driver and spec["key"].split("|")[1] in finding.case()["operations"]
+    hang = spec["kind"] == "HANG"
+    assert hang == (finding.symptom == "hang") and spec["driver"] == finding.driver
+    if hang:  # its key names no operation: its decoded model holds the record's
+        model = fuzzed.decoded(fuzzed.load_finding(where))[0]
+        assert {op.type.name for op in model.main.operations} <= set(finding.case()["operations"])
+    else:
+        assert spec["key"].split("|")[1] in finding.case()["operations"]
     distribution = finding.case()["packages"][0].partition("==")[0]
     try:
         metadata.version(distribution)
     except metadata.PackageNotFoundError:
         pytest.skip(f"{distribution} is not installed")
+    if hang:  # no answer within the deadline it was found with (the campaign's: about 20 s)
+        verdict = replay(TARGETS[spec["target"]], spec["driver"], data, timeout=standalone.HANG_S)
+        assert verdict.kind == "HANG", verdict.message
+        return
     verdict = replay(TARGETS[spec["target"]], spec["driver"], data, timeout=120)
     assert (verdict.key, verdict.test) == (spec["key"], spec["test"]), verdict.message
 
@@ -84,7 +101,7 @@ def test_the_page_is_generated_from_the_catalogue():
         "docs/findings.md is stale: run `nncert findings render`"
 
 
-@pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
+@pytest.mark.parametrize("finding", REPLAYED)
 def test_each_reproducer_replays_on_the_installed_runtime(finding):
     """Run without nncert importable: a defect fixed upstream fails here until the record
     says which release fixed it (fixed_in); a fixed one that comes back fails too."""
@@ -117,3 +134,32 @@ def test_the_cli_names_an_unknown_finding():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "no finding no-such-finding" in done.stderr
+
+
+def test_a_hang_record_reproduces_when_its_script_outlives_the_deadline(tmp_path, monkeypatch):
+    """A hang is shown by a script still running at the deadline (killed then: "hung"), which a
+    crash record does not take for its own symptom; the page gives the deadline as magnitude."""
+    from nncert.hal.builder import ModelBuilder
+    from nncert.hal.types import OperandType as T
+    from nncert.hal.types import OperationType as O
+    from tests.test_fuzz_standalone import SleepyCompiled  # run.py sleeps for an hour
+
+    b = ModelBuilder()
+    x = b.operand(T.TENSOR_FLOAT32, (1,))
+    y = b.operand(T.TENSOR_FLOAT32, (1,))
+    b.operation(O.RELU, [x], [y])
+    monkeypatch.setattr(findings, "FINDINGS_DIR", tmp_path)
+    case = standalone.load_case(standalone.write_standalone(SleepyCompiled(), b.build([x], [y]),
+                                                            [np.ones(1, np.float32)], tmp_path / "sleepy",
+                                                            timeout=1.0))
+    case["packages"] = ["numpy"]  # (the fake runtime's distribution: installed)
+    standalone.save_case(tmp_path / "sleepy", case)
+    assert case["outcome"] == "hung" and case["ended"] == "still running after 1 s: killed"
+    record = findings.Finding(id="sleepy", title="t", driver="sleepy", build="specs/x.json", symptom="hang",
+                              kind="bug", summary="s", sources=("fuzz/x",), first_seen="2026-11-27")
+    assert record.deadline == standalone.HANG_S
+    result = findings.replay(record, timeout=1.0)
+    assert result.outcome == "hung" and result.reproduces and result.line().startswith("sleepy: reproduces")
+    crash = dataclasses.replace(record, symptom="crash")
+    assert not findings.replay(crash, timeout=1.0).reproduces
+    assert "| hang | bug | no answer: still running after 1 s: killed |" in findings.render([record])

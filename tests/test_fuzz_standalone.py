@@ -127,12 +127,13 @@ def test_a_hang_is_written_as_a_script_that_runs_past_the_deadline(tmp_path):
                           "HANG|interpreter.py:invoke|", "HANG", driver="sleepy")
     path = write_of_finding(where, SleepyCompiled(), tmp_path / "out", hang_s=2.0)
     case = standalone.load_case(path)
-    assert case["outcome"] == "error" and case["returncode"] is None
+    assert case["outcome"] == "hung" and case["returncode"] is None
     assert case["ended"] == "still running after 2 s: killed"
     assert case["finding"] == {"target": "prepare_model", "key": "HANG|interpreter.py:invoke|",
                                "kind": "HANG", "symptom": "hang", "signal": None, "shown": True}
     readme = (path / "README.md").read_text()
     assert "must show to reproduce it: a hang" in readme and "not minimised: a hang costs" in readme
+    assert "**hung: still running at the deadline (still running after 2 s: killed)**" in readme
 
 
 def test_each_target_decodes_into_a_model_and_the_values_to_feed_it(tmp_path):
@@ -158,7 +159,7 @@ def test_each_target_decodes_into_a_model_and_the_values_to_feed_it(tmp_path):
 
 def test_a_symptom_is_shown_only_by_the_same_ending():
     crashed = {"outcome": "crashed", "signal": "SIGSEGV", "returncode": -11}
-    hung = {"outcome": "error", "returncode": None, "ended": "still running after 60 s: killed"}
+    hung = {"outcome": "hung", "returncode": None, "ended": "still running after 25 s: killed"}
     raised = {"outcome": "error", "returncode": 3}
     assert Symptom("crash", "SIGSEGV").shown_by(crashed) and not Symptom("crash", "SIGABRT").shown_by(crashed)
     assert Symptom("crash").shown_by(crashed) and not Symptom("crash").shown_by(raised)

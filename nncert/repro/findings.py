@@ -18,7 +18,8 @@ and fuzz finding that meets it. A fuzz finding is named by its directory under f
 for what fuzzing meets on a case whose conformance test passes (the fuzzer's own values).
 
 ``replay`` runs a record's reproducer against the installed runtime (nncert unimportable,
-with a deadline) and says whether it still reproduces: a defect fixed upstream shows up as
+with a deadline: ``standalone.HANG_S`` for a hang, whose script must still be running then)
+and says whether it still reproduces: a defect fixed upstream shows up as
 "no longer reproduces" (a failure of the replay test until the record says ``fixed_in``),
 never as a silent pass.
 """
@@ -48,6 +49,7 @@ SYMPTOMS = {
     "wrong result": "reproduced",
     "crash": "crashed",
     "refuses a valid model": "error",
+    "hang": "hung",
 }
 KINDS = ("bug", "deviation")
 REQUIRED = ("id", "title", "driver", "build", "symptom", "kind", "summary", "sources", "first_seen")
@@ -78,6 +80,12 @@ class Finding:
     @property
     def directory(self) -> Path:
         return FINDINGS_DIR / self.id
+
+    @property
+    def deadline(self) -> float:
+        """Seconds its reproducer's script runs at most: a hang's is killed (and so shown)
+        at ``standalone.HANG_S``; the others are given the time a compile takes."""
+        return standalone.HANG_S if self.symptom == "hang" else standalone.RUN_TIMEOUT_S
 
     @property
     def fuzz_sources(self) -> list[Path]:
@@ -149,7 +157,7 @@ def build(finding: Finding, out_dir: str | Path | None = None) -> Path:
         # A crash or a refusal the support probe found is declined by the driver: written all
         # the same (a wrong result is never declined: the probe does not judge values).
         standalone.write_of_test(finding.build, finding.driver, staging,
-                                 declined=finding.symptom != "wrong result")
+                                 declined=finding.symptom != "wrong result", timeout=finding.deadline)
     else:
         from nncert.drivers import load_driver
         from nncert.testing.graphs import SpecError, load_spec
@@ -162,7 +170,7 @@ def build(finding: Finding, out_dir: str | Path | None = None) -> Path:
         driver = load_driver(finding.driver)
         try:
             standalone.write_graph(driver, graph, staging, source=f"random graph {finding.build}",
-                                   verdict=verdict)
+                                   verdict=verdict, timeout=finding.deadline)
         finally:
             driver.close()
     case = standalone.load_case(staging)
@@ -199,9 +207,10 @@ class Replay:
         return f"{self.finding.id}: {state} with {self.detail}"
 
 
-def replay(finding: Finding, timeout: float = standalone.RUN_TIMEOUT_S) -> Replay:
+def replay(finding: Finding, timeout: float | None = None) -> Replay:
     """Run the reproducer of ``finding`` as it is committed (in a scratch copy: nothing under
-    findings/ changes) and say whether it still shows the symptom."""
+    findings/ changes) for ``timeout`` seconds (default: ``Finding.deadline``) and say whether
+    it still shows the symptom."""
     import tempfile
 
     case = finding.case()
@@ -214,7 +223,7 @@ def replay(finding: Finding, timeout: float = standalone.RUN_TIMEOUT_S) -> Repla
     with tempfile.TemporaryDirectory(prefix="nncert-replay-") as scratch:
         copy = Path(scratch) / finding.id
         shutil.copytree(finding.directory, copy, symlinks=True)
-        now = standalone.measure(copy, timeout)
+        now = standalone.measure(copy, finding.deadline if timeout is None else timeout)
     worst = f", max abs difference {now['max_abs_diff']:g}" if now.get("max_abs_diff") is not None else ""
     last = (now.get("output") or [""])[-1]
     detail = f"{runtime} {installed}: {now['outcome']} ({now.get('ended', '')}{worst}) {last}".rstrip()
@@ -286,6 +295,8 @@ def render(findings: list[Finding]) -> str:
 def _magnitude(case: dict) -> str:
     if case.get("outcome") == "crashed":
         return f"process killed by {case.get('signal')}"
+    if case.get("outcome") == "hung":
+        return f"no answer: {case.get('ended', '')}"
     if case.get("outcome") == "error":
         last = (case.get("output") or [""])[-1]
         return last.replace("|", "/")[:120] or case.get("ended", "")

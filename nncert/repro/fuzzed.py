@@ -52,7 +52,7 @@ TARGETS = ("prepare_model", "execute", "prepare_from_cache")
 MAX_INPUT_BYTES = 1 << 20
 #: Seconds run.py may run before it counts as hung (a hang's symptom), and the deadline of a
 #: candidate that should crash or give a wrong result.
-HANG_S = 60.0
+HANG_S = standalone.HANG_S
 CANDIDATE_S = 120.0
 #: Candidates tried at most, and seconds spent at most, minimising one finding.
 MAX_RUNS = 60
@@ -73,7 +73,7 @@ class Symptom:
         if self.kind == "crash":
             return outcome == "crashed" and self.signal in (None, case.get("signal"))
         if self.kind == "hang":
-            return outcome == "error" and case.get("returncode") is None  # killed at the deadline
+            return outcome == "hung"  # killed at the deadline
         return outcome == "reproduced"
 
     def __str__(self) -> str:

@@ -20,9 +20,9 @@ The script's exit status: 0 every output within its tolerance (not reproduced), 
 outside it (reproduced), 2 the runtime is not installed, 3 the runtime raised an error; a
 process killed by a signal is itself the reproduction of a crash. ``write_standalone`` runs
 it once in a child process with a deadline and records the outcome in case.json under
-stable keys (``OUTCOME_KEYS``): ``outcome`` ("reproduced", "not_reproduced", "crashed" or
-"error"), ``returncode``, ``signal``, ``max_abs_diff``, beside ``runtime``,
-``runtime_version``, ``options`` and ``operations``.
+stable keys (``OUTCOME_KEYS``): ``outcome`` ("reproduced", "not_reproduced", "crashed",
+"error", or "hung": still running at the deadline, killed), ``returncode``, ``signal``,
+``max_abs_diff``, beside ``runtime``, ``runtime_version``, ``options`` and ``operations``.
 
 The pytest plugin's ``--standalone-dir DIR`` (``Session``) writes one for each failing
 per-operation case (``harness.check_case``, before the driver runs it: a case that kills the
@@ -64,9 +64,13 @@ FORMAT = "nncert-standalone/1"
 #: The keys of case.json other tools read (the findings catalogue): they keep their meaning.
 OUTCOME_KEYS = ("outcome", "returncode", "signal", "max_abs_diff", "runtime", "runtime_version",
                 "options", "operations")
-OUTCOMES = ("reproduced", "not_reproduced", "crashed", "error")
+OUTCOMES = ("reproduced", "not_reproduced", "crashed", "error", "hung")
 #: How long the script may run at write time (an IREE or TVM compile takes seconds).
 RUN_TIMEOUT_S = 300.0
+#: How long the script of a hang's reproducer runs before it counts as hung: well past what the
+#: slowest runtime takes to load and run a small model (an IREE compile: seconds), short enough
+#: that replaying a hang costs a test no more.
+HANG_S = 25.0
 #: Lines of the script's output kept in case.json and the README.
 OUTPUT_LINES = 30
 
@@ -165,7 +169,7 @@ with expected.npz (the reference results) within the tolerance case.json gives f
 
 Exit status 0: every output within its tolerance (not reproduced); 1: an output outside it
 (REPRODUCED); 2: the runtime is not installed; 3: the runtime raised an error. A process
-killed by a signal reproduces a crash.
+killed by a signal reproduces a crash; one that does not end reproduces a hang.
 """
 
 import json
@@ -383,8 +387,8 @@ def measure(path: str | os.PathLike, timeout: float = RUN_TIMEOUT_S) -> dict[str
         hung = True
     text = out.decode(errors="replace")
     code = proc.returncode
-    if hung:
-        outcome, what = "error", f"still running after {timeout:g} s: killed"
+    if hung:  # a hang's reproduction: the runtime never answered (case.json: ``seconds``)
+        outcome, what = "hung", f"still running after {timeout:g} s: killed"
     elif code is not None and code < 0:
         outcome, what = "crashed", f"killed by {_signal_name(-code)}"
     else:
@@ -402,15 +406,16 @@ def measure(path: str | os.PathLike, timeout: float = RUN_TIMEOUT_S) -> dict[str
 
 
 def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise: bool = True,
-                  declined: bool = False) -> Path:
+                  declined: bool = False, timeout: float = RUN_TIMEOUT_S) -> Path:
     """The reproducer of a failing test id on driver ``spec``: the test runs with
     ``--standalone-dir`` in a pytest child process (under the crash guard: a test that kills
     its process leaves its reproducer, run here afterwards), and its reproducer moves to
     ``out_dir`` (new or empty); with ``minimise``, a wrong result is minimised first
     (``--standalone-minimise``: nncert.repro.minimise); with ``declined``, a case the driver
-    declines is written too (``--standalone-declined``). StandaloneError (one line) when the
-    test does not fail, is
-    unknown, or writes no reproducer (a test that is no per-operation case or random graph)."""
+    declines is written too (``--standalone-declined``); a script the test did not run (its
+    case killed or hung the process) runs here for ``timeout`` seconds. StandaloneError (one
+    line) when the test does not fail, is unknown, or writes no reproducer (a test that is no
+    per-operation case or random graph)."""
     from nncert.certify.runner import pytest_arguments
 
     out = check_out_dir(out_dir)
@@ -439,7 +444,7 @@ def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise:
             raise StandaloneError(f"{test_id} on {spec} wrote {len(written)} reproducers ({last}): only "
                                   f"the per-operation cases and random graphs of one test id are written")
         if load_case(written[0]).get("outcome") is None:  # the case killed its process
-            measure(written[0])
+            measure(written[0], timeout)
         os.rename(written[0], out)  # out is missing or an empty directory
     return out
 
@@ -729,6 +734,7 @@ _OUTCOME_WORDS = {
     "not_reproduced": "not reproduced: every output was within its tolerance (exit status 0)",
     "crashed": "crashed",
     "error": "error",
+    "hung": "hung: still running at the deadline",
 }
 
 
@@ -743,7 +749,7 @@ def readme(case: dict[str, Any]) -> str:
         lines += ["The script has not been run yet (the reproducer was written before nncert ran the case)."]
     else:
         words = _OUTCOME_WORDS[outcome]
-        if outcome in ("crashed", "error"):
+        if outcome in ("crashed", "error", "hung"):
             words += f" ({case.get('ended', '')})"
         lines += [f"When it was written, `python run.py` gave: **{words}**:", "", "```",
                   *case.get("output", []), "```"]
@@ -765,7 +771,8 @@ def readme(case: dict[str, Any]) -> str:
               case["command"], "```", "",
               "Exit status 0: every output within its tolerance (not reproduced); 1: an output outside "
               "it (reproduced); 2: the runtime is not installed; 3: the runtime raised an error. A "
-              "process killed by a signal reproduces a crash. run.py prints, per output, its shape "
+              "process killed by a signal reproduces a crash; one that does not end (case.json's "
+              "`ended` says how long it was given) reproduces a hang. run.py prints, per output, its shape "
               "and type, the largest difference, the worst elements and the tolerance.", "",
               "## Source", "",
               f"Found by {case['driver']}" + (f": `{case['source']}`." if case["source"] else ".")]
