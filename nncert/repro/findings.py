@@ -15,7 +15,8 @@ operations, types and symptom (``key``), and that key is unique in the catalogue
 record's ``sources`` list every test (per-operation, edge case, execution path, random graph)
 and fuzz finding that meets it. A fuzz finding is named by its directory under findings/
 (``fuzz/NAME``: the campaign's ``spec.json`` and ``minimized`` input, nncert.fuzz.campaign),
-for what fuzzing meets on a case whose conformance test passes (the fuzzer's own values).
+for what fuzzing meets on a case whose conformance test passes (the fuzzer's own values); a
+graph spec file written by hand is named by its path under findings/ (``specs/NAME.json``).
 
 ``replay`` runs a record's reproducer against the installed runtime (nncert unimportable,
 with a deadline: ``standalone.HANG_S`` for a hang, whose script must still be running then)
@@ -57,6 +58,9 @@ OPTIONAL = ("fixed_in", "note")
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 #: How a source that is a fuzz finding starts: its directory under findings/.
 FUZZ_SOURCE = "fuzz/"
+#: How a source that is a graph spec file under findings/ starts: a model written by hand (while
+#: triaging another record, say), run with ``nncert repro SPEC --driver X``, which no suite meets.
+SPEC_SOURCE = "specs/"
 
 
 class CatalogueError(ValueError):
@@ -297,8 +301,9 @@ def _magnitude(case: dict) -> str:
         return f"process killed by {case.get('signal')}"
     if case.get("outcome") == "hung":
         return f"no answer: {case.get('ended', '')}"
-    if case.get("outcome") == "error":
-        last = (case.get("output") or [""])[-1]
+    if case.get("outcome") == "error":  # the runtime's error (run.py's ERROR line), not its stack
+        lines = case.get("output") or [""]
+        last = next((line for line in lines if line.startswith("ERROR:")), lines[-1])
         return last.replace("|", "/")[:120] or case.get("ended", "")
     for line in case.get("output") or ():
         if line.startswith("REPRODUCED:"):
