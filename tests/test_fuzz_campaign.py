@@ -141,7 +141,8 @@ def test_campaign_finds_dedups_journals_and_keeps_going(toy, tmp_path, capsys):
     assert set(summary["findings_by_key"]) == {CRASH_KEY, FINDING_KEY}
     assert summary["findings_by_key"][CRASH_KEY]["count"] >= 2
     assert summary["duplicates"] >= 1 and summary["worker_runs"] > 2
-    assert summary["execs"] > 0
+    assert summary["execs"] > 0  # and their mean rate (the workers' own are gone once they stopped)
+    assert summary["exec_per_s"] == round(summary["execs"] / summary["elapsed_s"], 1) > 0
     # the crashing seeds are dropped from the working corpus, or every restart would stop on them
     assert not (out / "corpus" / hashlib.sha1(b"CR1").hexdigest()).exists()
 

@@ -755,11 +755,15 @@ class Campaign:
         ``earlier_findings``."""
         found = {key: r for key, r in self.findings.items()
                  if key not in self.earlier or key in self.duplicates}
+        status = self._status()
         summary = {
             "target": self.target.name, "driver": self.driver, "script": str(self.script),
             "nncert": __version__,
             "time_s": self.config.time, "jobs": self.config.jobs, "timeout_s": self.config.timeout,
-            "seed": self.config.seed, "seeds": self.n_seeds, **self._status(),
+            "seed": self.config.seed, "seeds": self.n_seeds, **status,
+            # the mean over the campaign (the workers' own rates, which progress shows, are gone
+            # once they stopped), seed runs included
+            "exec_per_s": round(status["execs"] / status["elapsed_s"], 1) if status["elapsed_s"] else 0,
             "startup_s": self.ready_after,  # until the first worker fuzzed (None: none did)
             "earlier_findings": len(self.earlier),
             # key -> times the workers met it, going on past it (keep_going): the worker's own

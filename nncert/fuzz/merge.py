@@ -289,13 +289,15 @@ def merge(dirs: Sequence[Path], out: Path, timeout: int | None = None, deadline:
         for key, n in (met.items() if isinstance(met, dict) else ()):
             if isinstance(n, int) and n > 0:
                 hits[key] = hits.get(key, 0) + n
+    execs = sum(int(s.summary.get("execs") or 0) for s in sources)
+    elapsed = sum(float(s.summary.get("elapsed_s") or 0) for s in sources)
     summary = {
         "target": first["target"], "driver": driver, "script": str(script), "nncert": __version__,
         "time_s": sum(float(s.summary.get("time_s") or 0) for s in sources),
         "jobs": sum(int(s.summary.get("jobs") or 0) for s in sources), "timeout_s": timeout,
         "seed": None, "seeds": max(int(s.summary.get("seeds") or 0) for s in sources),
-        "elapsed_s": sum(float(s.summary.get("elapsed_s") or 0) for s in sources),
-        "execs": sum(int(s.summary.get("execs") or 0) for s in sources), "exec_per_s": 0,
+        "elapsed_s": elapsed, "execs": execs,
+        "exec_per_s": round(execs / elapsed, 1) if elapsed else 0,  # the campaigns' mean
         "corpus": kept, "findings": len(by_key),
         "duplicates": sum(f["count"] for f in by_key.values()) - len(by_key),
         "worker_hits": sum(hits.values()),
