@@ -109,6 +109,33 @@ def test_a_runtime_abort_is_found_by_the_probe_and_declined(spec):
     assert load_driver("litert").supported_operations(_softmax_int8(1e-8)) == [True]
 
 
+def _softmax_rows(t: T, dims: tuple[int, ...], axis: int | None = None):
+    b = ModelBuilder()
+    x = b.operand(t, dims, 0.125, 0)
+    out = b.operand(t, dims, 1 / 256, 0 if t is T.TENSOR_QUANT8_ASYMM else -128)
+    axis_input = [] if axis is None else [b.constant(T.INT32, axis)]
+    b.operation(O.SOFTMAX, [x, b.constant(T.FLOAT32, 1.0), *axis_input], [out])
+    return b.build([x], [out])
+
+
+@pytest.mark.req("DRV-2")
+def test_reference_softmax_over_512_or_more_is_declined_up_front():
+    """LiteRT's reference quantised SOFTMAX aborts at invoke once the sum of exponentials along
+    the axis reaches 512 (512 equal values; findings/litert-ref-softmax-long-axis-abort), which
+    a probe's sample values may miss: an axis of 512 or more is declined with kernels=ref by a
+    static rule, whichever axis it is; 511 is not, nor any length with the optimised kernels."""
+    ref = load_driver("litert:kernels=ref")
+    for t in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+        for model in (_softmax_rows(t, (3, 512)), _softmax_rows(t, (4096, 3), axis=0)):
+            (reason,) = ref.decline_reasons(model)
+            assert reason and "sum of exponentials along the axis reaches 512" in reason, reason
+    # Only the softmax axis counts; 511 equal values run (the probe decides the rest).
+    assert ref.operation_problem(_softmax_rows(T.TENSOR_QUANT8_ASYMM, (512, 3)), 0) is None
+    assert ref.operation_problem(_softmax_rows(T.TENSOR_QUANT8_ASYMM, (3, 511)), 0) is None
+    assert load_driver("litert:kernels=builtin").operation_problem(
+        _softmax_rows(T.TENSOR_QUANT8_ASYMM, (3, 4096)), 0) is None
+
+
 @pytest.mark.req("DRV-1")
 @pytest.mark.parametrize("spec", ["litert", "onnxruntime"])
 def test_capabilities_are_measured_and_stable(spec, tmp_path, monkeypatch):
@@ -127,20 +154,25 @@ def test_capabilities_are_measured_and_stable(spec, tmp_path, monkeypatch):
 def test_runtime_aborts_the_probe_finds_cost_no_test_process(tmp_path):
     """The same abort took a plain pytest session down (before the crash guard) or one test
     process (under it) when it happened in the test's own supported_operations. The probe now
-    meets it in its child: the cases are declined with the abort, and nothing else dies. It
-    also meets the reference kernels' abort at run time on 4096 equal values in a row (sample
-    values) that the cases' own values do not reach."""
+    meets it in its child: the cases are declined with the abort, and nothing else dies. The
+    reference kernels' abort at run time once the sum of exponentials reaches 512 (512 equal
+    values in a row), which depends on the values, is declined up front for an axis of 512 or
+    more: the long-reduction edge cases' own values do not reach it, other values would."""
     report = tmp_path / "r.json"
     proc = _conformance("litert:kernels=ref", OPS, "-k", "SOFTMAX", "-p", "no:randomly",
                         f"--nncert-report={report}", "--no-expectations")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tests = json.loads(report.read_text())["tests"]
     aborts = {n for n, r in tests.items() if "killed by SIGABRT" in r["message"]}
-    edge = {f"{OPS}::test_operation_edge[SOFTMAX-{t}-edge_{e}-s0-sync]"
-            for t in ("quant8_asymm", "quant8_asymm_signed") for e in ("input_scale_1e_8", "long_reduction")}
+    edge = {f"{OPS}::test_operation_edge[SOFTMAX-{t}-edge_input_scale_1e_8-s0-sync]"
+            for t in ("quant8_asymm", "quant8_asymm_signed")}
     assert edge <= aborts and all(n.startswith(f"{OPS}::test_operation_edge[SOFTMAX-") for n in aborts)
     assert {tests[n]["status"] for n in aborts} == {"DECLINED"}
     assert all("found by the support probe" in tests[n]["message"] for n in aborts)
+    for t in ("quant8_asymm", "quant8_asymm_signed"):
+        long = tests[f"{OPS}::test_operation_edge[SOFTMAX-{t}-edge_long_reduction-s0-sync]"]
+        assert long["status"] == "DECLINED" and "sum of exponentials along the axis reaches 512" \
+            in long["message"], long
     assert len(tests) > 30 and all(r["status"] in ("PASS", "DECLINED") for r in tests.values())
     assert "died in this test" not in proc.stderr
 

@@ -40,10 +40,42 @@ import numpy as np
 from nncert.drivers.compiled import CompiledDriver, StandaloneRunner, Unmappable, installed_version
 from nncert.drivers.litert.export import export, operation_problem, stop_flags
 from nncert.hal.errors import HalError
-from nncert.hal.model import Model
-from nncert.hal.types import DeviceType, ErrorStatus
+from nncert.hal.model import Model, Operation
+from nncert.hal.types import DeviceType, ErrorStatus, OperandType, OperationType
 
 KERNELS = ("xnnpack", "builtin", "ref")
+
+#: The reference quantised SOFTMAX sums exp(x - max) in fixed point with 12 integer bits and
+#: divides by the sum with a rounding shift of 23 + (bits of the sum above 1); from a sum of 512
+#: on (512 equal values along the axis) the shift passes 31 and a gemmlowp assertion aborts
+#: the process (SIGABRT at invoke; 511 equal values run). Every input of a longer axis can
+#: reach it, whatever its scale and beta, so such a SOFTMAX is declined up front: the support
+#: probe's sample values may not (DRV-2).
+REF_SOFTMAX_MAX_AXIS = 511
+_QUANT8 = (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _reference_kernel_problem(model: Model, op: Operation) -> str | None:
+    """Why the reference kernels (kernels=ref) cannot be trusted with ``op`` (an IF or WHILE:
+    with any operation of the model's subgraphs), beyond what the exporter declines."""
+    graphs = [(model.main, op)]
+    if op.type in (OperationType.IF, OperationType.WHILE):
+        graphs = [(sg, o) for sg in model.referenced for o in sg.operations]
+    for sg, o in graphs:
+        if o.type is not OperationType.SOFTMAX:
+            continue
+        x = sg.operands[o.inputs[0]]
+        if x.type not in _QUANT8 or not x.dimensions:
+            continue
+        axis = model.constant_value(sg.operands[o.inputs[2]]) if len(o.inputs) > 2 else None
+        axis = -1 if axis is None else int(axis)
+        if -len(x.dimensions) <= axis < len(x.dimensions) and \
+                x.dimensions[axis] > REF_SOFTMAX_MAX_AXIS:
+            return (f"LiteRT's reference quantised SOFTMAX aborts the process (SIGABRT) when the sum "
+                    f"of exponentials along the axis reaches 512, e.g. {REF_SOFTMAX_MAX_AXIS + 1} equal "
+                    f"values (its output shift passes 31): an axis of {x.dimensions[axis]} is declined "
+                    f"with kernels=ref")
+    return None
 
 
 def _runtime() -> tuple[Any, str]:
@@ -194,7 +226,10 @@ class LiteRTDriver(CompiledDriver):
         return label
 
     def operation_problem(self, model: Model, index: int) -> str | None:
-        return operation_problem(model, index)
+        problem = operation_problem(model, index)
+        if problem is None and self.kernels == "ref":
+            problem = _reference_kernel_problem(model, model.main.operations[index])
+        return problem
 
     def translate(self, model: Model) -> bytes:
         return export(model)
