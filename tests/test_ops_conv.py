@@ -13,7 +13,14 @@ from nncert.hal.types import Version
 from nncert.ops import get
 from nncert.ops.base import ShapeError, match, to_real
 from nncert.ops.evaluate import bind, evaluate, instance_version, output_shapes
-from nncert.ops.window import implicit_padding, transpose_implicit_padding
+from nncert.ops.window import (
+    Window,
+    gather,
+    implicit_padding,
+    transpose_implicit_padding,
+    trimmed,
+    valid_counts,
+)
 from nncert.testing.cases import enumerate_cases, sample_case
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -383,6 +390,53 @@ def test_pool_nchw_hand():
     got = run(Op.MAX_POOL_2D, [tensor(F32, x), *implicit(VALID, 1, 1), i32(2), i32(2), i32(0),
                                flag(True)], F32, (1, 2, 1, 1))
     np.testing.assert_array_equal(got.ravel(), [4, 8])
+
+
+@pytest.mark.parametrize("op, want", [(Op.AVERAGE_POOL_2D, 2.5), (Op.MAX_POOL_2D, 4.0),
+                                      (Op.L2_POOL_2D, np.sqrt(7.5))])
+def test_pool_filter_far_wider_than_the_input_costs_the_input(op, want):
+    """NNAPI bounds a pooling filter only by int32: SAME padding of a 2^24-wide filter pads by
+    2^23 on each side, which the reference must not gather nor enumerate (the fuzzer's
+    MAX_POOL_2D of filter width 1074465081 took it past 20 GB; here it would be 400 MB). Both
+    windows hold the whole of row 0: 1 2 3 4."""
+    import tracemalloc
+
+    args = [tensor(F32, X4[:, :3]), *implicit(SAME, 2, 4), i32(1 << 24), i32(1), i32(0)]
+    tracemalloc.start()
+    try:
+        got = run(op, args, F32, (1, 1, 2, 1))  # SAME, stride 4 over 3 rows: row 0 alone
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(got.ravel(), [want, want], rtol=1e-6)
+    assert peak < 16 << 20, f"{peak / 2 ** 20:.0f} MiB for a 3x4 input"
+
+
+def test_trimmed_windows_pool_exactly_as_the_whole_ones():
+    """``trimmed`` drops only taps that lie in the padding for every output: on random
+    geometries (padding up to 3 filters wide) the maxima and sums are identical."""
+    rng = np.random.default_rng(0)
+    tried = 0
+    while tried < 300:
+        h, w = (int(v) for v in rng.integers(1, 9, 2))
+        f, s = (tuple(int(v) for v in rng.integers(1, n, 2)) for n in (25, 5))
+        pads = ([implicit_padding(n, st, fi, SAME) for n, st, fi in zip((h, w), s, f, strict=True)]
+                if rng.random() < 0.5 else [tuple(int(v) for v in rng.integers(0, 20, 2)) for _ in "hw"])
+        win = Window(f, s, (1, 1), *pads)
+        try:
+            win.out_size(h, w)
+        except ShapeError:
+            continue
+        if valid_counts(win, h, w).min() == 0:  # a window wholly in the padding: refused anyway
+            continue
+        tried += 1
+        small = trimmed(win, h, w)
+        assert small.out_size(h, w) == win.out_size(h, w)
+        np.testing.assert_array_equal(valid_counts(small, h, w), valid_counts(win, h, w))
+        x = rng.normal(size=(1, h, w, 2))
+        np.testing.assert_array_equal(gather(x, small, -np.inf).max(axis=(3, 4)),
+                                      gather(x, win, -np.inf).max(axis=(3, 4)))
+        np.testing.assert_array_equal(gather(x, small).sum(axis=(3, 4)), gather(x, win).sum(axis=(3, 4)))
 
 
 def test_pool_window_wholly_in_padding_fails():

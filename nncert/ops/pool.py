@@ -23,7 +23,16 @@ from nncert.ops.base import (
     same_as,
     variants,
 )
-from nncert.ops.window import EXPLICIT, IMPLICIT, Window, gather, read_window, sample_window, valid_counts
+from nncert.ops.window import (
+    EXPLICIT,
+    IMPLICIT,
+    Window,
+    gather,
+    read_window,
+    sample_window,
+    trimmed,
+    valid_counts,
+)
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -52,7 +61,7 @@ def _pool_shape(ctx: OpContext) -> list[tuple[int, ...]]:
 def _windows(ctx: OpContext, fill: float) -> tuple[np.ndarray, np.ndarray]:
     """Gathered windows [N, OH, OW, FH, FW, C] and in-input tap counts [OH, OW]."""
     x = ctx.value("input")
-    win = _window(ctx, x.shape[1], x.shape[2])
+    win = trimmed(_window(ctx, x.shape[1], x.shape[2]), x.shape[1], x.shape[2])
     counts = valid_counts(win, x.shape[1], x.shape[2])
     if counts.size and counts.min() == 0:
         raise ShapeError("a pooling window lies wholly in the padding (padding >= filter size)")

@@ -145,8 +145,30 @@ def gather(x: np.ndarray, win: Window, fill: float = 0.0) -> np.ndarray:
     return view.transpose(0, 1, 2, 4, 5, 3)
 
 
+def trimmed(win: Window, in_h: int, in_w: int) -> Window:
+    """The same windows without the filter taps that lie in the padding for every output
+    position (the outputs and the in-input taps are unchanged), so that a pooling filter far
+    wider than its input (NNAPI bounds it only by int32; a fuzzer sets it to 2^30) costs the
+    input's size, not the filter's. Undilated windows only: as pooling has them."""
+    if win.dilation != (1, 1):
+        return win
+    out = win.out_size(in_h, in_w)
+    dims = []
+    for n, f, s, (head, tail), o in zip((in_h, in_w), win.filter, win.stride, (win.pad_h, win.pad_w), out,
+                                        strict=True):
+        # leading taps before the input for the last output (so for all): k + (o - 1) s < head
+        lead = max(0, min(f - 1, head - (o - 1) * s))
+        f, head = f - lead, head - lead
+        # trailing taps past the input for the first output (so for all): k >= head + n; the
+        # tail shrinks as much, which keeps the output size (span = head + n + tail - f)
+        cut = max(0, f - (head + n))
+        dims.append((f - cut, (head, tail - cut)))
+    return Window((dims[0][0], dims[1][0]), win.stride, win.dilation, dims[0][1], dims[1][1])
+
+
 def valid_counts(win: Window, in_h: int, in_w: int) -> np.ndarray:
     """How many taps of each output position's window fall inside the input: [OH, OW]."""
+    win = trimmed(win, in_h, in_w)  # the same counts, not a tap of the padding enumerated
     rows, cols = _taps(win, in_h, in_w)
     top, left = win.pad_h[0], win.pad_w[0]
     in_rows = ((rows >= top) & (rows < top + in_h)).sum(axis=1)
