@@ -650,14 +650,37 @@ def _fuzz_target(name: str) -> tuple:
         raise UsageError(str(e)) from None
 
 
+#: Seconds loading a driver may take when its spec is checked (a runtime's import included).
+DRIVER_CHECK_S = 300.0
+
+
 def _check_driver(target, spec: str) -> str | None:
-    """The driver spec a target runs on, checked by loading it once (None if it needs none)."""
-    from nncert.drivers import load_driver
+    """The driver spec a target runs on, checked by loading it once (None if it needs none),
+    in a child process: the campaign and the replay run each input in a fork of this process,
+    which loads the driver afresh, and a fork of a process that has run TVM, IREE or OpenVINO
+    hangs (TVM's: its executor thread is gone, every replay waited on it: HANG|threading.py:wait|)."""
+    from nncert.drivers import DriverSpecError
+    from nncert.testing.outcome import Kind, run_isolated
 
     if not target.needs_driver:
         return None
-    load_driver(spec).close()
+    outcome = run_isolated(_driver_problem, spec, timeout=DRIVER_CHECK_S)
+    if outcome.kind is not Kind.SUCCESS:
+        raise DriverSpecError(f"{spec}: loading the driver ended with {outcome}")
+    if outcome.value is not None:
+        raise DriverSpecError(outcome.value)
     return spec
+
+
+def _driver_problem(spec: str) -> str | None:
+    """Why the driver ``spec`` cannot be loaded (DriverSpecError's line), or None."""
+    from nncert.drivers import DriverSpecError, load_driver
+
+    try:
+        load_driver(spec).close()
+    except DriverSpecError as e:
+        return str(e)
+    return None
 
 
 def _cmd_fuzz(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -344,3 +345,30 @@ def test_the_fuzzing_time_counts_from_the_first_worker_ready(toy, tmp_path, monk
     assert ran["execs"] > len(target.seeds()) and ran["startup_s"] >= 2, ran
     cut = Campaign(target, script, None, tmp_path / "b", CampaignConfig(time=1, seed=1, startup=0)).run()
     assert cut["execs"] == 0 and cut["startup_s"] is None, cut
+
+
+def test_the_driver_is_checked_in_a_child_and_never_loaded_here(tmp_path, monkeypatch):
+    """The campaign and the replay run each input in a fork of the nncert process, which loads
+    the driver afresh: a runtime loaded in that process first is inherited half-alive (TVM's
+    executor thread is gone in the fork, so every TVM replay waited on it: HANG). So the spec
+    is checked by loading it in a child, and what is wrong with it is still one line."""
+    from nncert.cli import _check_driver
+    from nncert.drivers import DriverSpecError
+    from nncert.fuzz.targets import TARGETS
+
+    (tmp_path / "fz_checked_driver.py").write_text(
+        "from pathlib import Path\n"
+        "from nncert.drivers import driver_factory, load_driver\n\n"
+        "@driver_factory\n"
+        "def create():\n"
+        f"    Path({str(tmp_path / 'made')!r}).touch()\n"
+        "    return load_driver('reference')\n\n"
+        "@driver_factory\n"
+        "def broken():\n"
+        "    raise OSError('cannot open /dev/npu0')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = TARGETS["prepare_model"]
+    assert _check_driver(target, "fz_checked_driver:create") == "fz_checked_driver:create"
+    assert (tmp_path / "made").exists() and "fz_checked_driver" not in sys.modules
+    with pytest.raises(DriverSpecError, match=r"could not be started: .*cannot open /dev/npu0"):
+        _check_driver(target, "fz_checked_driver:broken")
