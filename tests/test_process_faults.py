@@ -9,7 +9,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -41,17 +40,27 @@ RUNS = [
 ]
 
 
+#: Each crash or hang costs its deadline (1 to 3 s here) and a restart, never the default 600 s.
+#: Judged on each faulted test's own recorded duration, not on the run's wall time: the rest of
+#: the slice runs as slowly as the host (81 s for one crash at a load average of 12).
+CUT_SHORT_S = 60
+
+
+def _each_cut_short(tests: dict, faulted: list[str]) -> None:
+    long = {n: tests[n].get("duration") for n in faulted
+            if not tests[n].get("duration", CUT_SHORT_S) < CUT_SHORT_S}
+    assert not long, f"faulted tests not cut short at their deadline: {long}"
+
+
 @pytest.mark.req("MLTS-2", "BURST-4", "EXE-1", "EXE-9")
 @pytest.mark.parametrize(("driver", "extra", "select", "outcome", "affected"), RUNS)
 def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, select, outcome, affected):
     report = tmp_path / "report.json"
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_operations.py"),
          str(ROOT / "conformance" / "test_execution.py"), "-q", "-p", "no:cacheprovider",
          f"--driver={driver}", f"--nncert-report={report}", "-k", select, *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     by_outcome: dict[str, list[str]] = {}
@@ -66,8 +75,7 @@ def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, sel
     assert others and all(tests[n]["outcome"] in ("passed", "skipped") for n in others)
     summary = proc.stdout.strip().splitlines()[-1]
     assert {"crash": "crashed", "hang": "hung"}[outcome] in summary, summary
-    # Every hang costs at most its deadline (plus a restart), never more.
-    assert elapsed < 60 + 6 * len(faulted), f"{elapsed:.0f} s for {len(faulted)} {outcome}es"
+    _each_cut_short(tests, faulted)
 
 
 # The crash guard (plain pytest, driver in process, no --isolate): the supervising pytest
@@ -86,13 +94,11 @@ GUARDED = [
 @pytest.mark.parametrize(("driver", "extra", "outcome"), GUARDED)
 def test_crash_guard_keeps_every_result_and_goes_on(tmp_path, driver, extra, outcome):
     report = tmp_path / "report.json"
-    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q",
          "-p", "no:cacheprovider", "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}",
          "-k", SELECT, *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     collected = subprocess.run(
@@ -111,11 +117,7 @@ def test_crash_guard_keeps_every_result_and_goes_on(tmp_path, driver, extra, out
     assert lines and all(line.split(": ")[2] in faulted for line in lines), lines
     assert "Rerun it alone: pytest " in lines[0] and "--isolate" in lines[0]
     assert f"{len(tests)} tests over " in proc.stderr.splitlines()[-1]
-    if outcome == "hang":
-        # Each hang costs the guard's 3 s deadline and a restart, not the default 600 s: a
-        # generous bound, since the rest of the slice runs as slowly as the host (64 s for
-        # 4 hangs on two cores under pytest-xdist).
-        assert elapsed < 60 + 20 * len(faulted), f"{elapsed:.0f} s for {len(faulted)} hangs"
+    _each_cut_short(tests, faulted)
     # Same verdict alone: the printed command reruns the first crash, isolated, and it crashes again.
     rerun = lines[0].split("Rerun it alone: ")[1]
     alone = tmp_path / "alone.json"
