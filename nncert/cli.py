@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -435,6 +436,7 @@ def _cmd_graphs_merge(args: argparse.Namespace) -> int:
 def _cmd_repro(args: argparse.Namespace) -> int:
     from nncert.drivers import load_driver
     from nncert.testing.graphs import SpecError, load_spec
+    from nncert.testing.outcome import Kind, run_isolated
     from nncert.testing.random_graphs import run
 
     if args.standalone is not None:
@@ -458,30 +460,43 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         graph, doc = load_spec(args.file)
     except SpecError as e:
         raise UsageError(str(e)) from None
+    if not 0 < args.timeout < math.inf:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
     driver = load_driver(args.driver)
-    cache: list[str] = []
 
-    def prepare_with_cache(model):  # CACHE-1: the runtime's side, as an app would use it
-        from nncert.drivers.caching import prepare_with_cache
-        got = prepare_with_cache(driver, model, args.cache_dir)
-        cache.append(got.describe())
-        return got.prepared
+    def replay() -> tuple[str, list[str], list[str]]:
+        """In a child: a runtime that aborts or hangs on the graph is the driver's CRASH or HANG,
+        never the end of nncert."""
+        cache: list[str] = []
+
+        def prepare_with_cache(model):  # CACHE-1: the runtime's side, as an app would use it
+            from nncert.drivers.caching import prepare_with_cache
+            got = prepare_with_cache(driver, model, args.cache_dir)
+            cache.append(got.describe())
+            return got.prepared
+
+        outcome = run(driver, graph, prepare_with_cache if args.cache_dir else None)
+        return outcome.status, outcome.reasons, cache
 
     try:
-        outcome = run(driver, graph, prepare_with_cache if args.cache_dir else None)
+        ended = run_isolated(replay, timeout=args.timeout)
     finally:
         driver.close()
     print(graph.describe())
+    if ended.kind is not Kind.SUCCESS:  # CRASH, HANG, or the replay itself raised
+        print(f"{ended.kind}: {args.driver} on {args.file}: {ended.reason}")
+        return 1
+    status, reasons, cache = ended.value
     if cache:
         print(f"cache: {cache[0]}")
-    verdict = {"passed": "PASS", "failed": "FAIL", "declined": "DECLINED"}[outcome.status]
-    detail = "; ".join(outcome.reasons)
+    verdict = {"passed": "PASS", "failed": "FAIL", "declined": "DECLINED"}[status]
+    detail = "; ".join(reasons)
     print(f"{verdict}: {args.driver} on {args.file} ({len(graph.ops)} operations, "
           f"{graph.criterion_class} criteria){': ' + detail if detail else ''}")
     recorded = (doc.get("verdict") or {}).get("summary")
     if recorded:
         print(f"recorded {recorded}")
-    return {"passed": 0, "failed": 1, "declined": 3}[outcome.status]
+    return {"passed": 0, "failed": 1, "declined": 3}[status]
 
 
 def _repro_standalone(args: argparse.Namespace) -> int:
@@ -633,6 +648,9 @@ def _add_graphs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="compile through a compilation cache in DIR, as the NNAPI runtime does, "
                         "and say whether it was a hit, a miss or refused")
+    p.add_argument("--timeout", type=float, default=REPRO_TIMEOUT_S, metavar="S",
+                   help="the replay runs in a child process: one that dies is the driver's CRASH, one "
+                        f"still running after S seconds its HANG (default: {REPRO_TIMEOUT_S:g})")
     p.add_argument("--standalone", metavar="OUT_DIR",
                    help="write a standalone reproducer into OUT_DIR (new or empty): the runtime's model "
                         "file, inputs.npz, expected.npz, case.json, README.md and a run.py that needs only "
@@ -649,6 +667,9 @@ def _fuzz_target(name: str) -> tuple:
     except CampaignError as e:
         raise UsageError(str(e)) from None
 
+
+#: Seconds ``nncert repro`` lets a replay run before it is the driver's HANG.
+REPRO_TIMEOUT_S = 300.0
 
 #: Seconds loading a driver may take when its spec is checked (a runtime's import included).
 DRIVER_CHECK_S = 300.0

@@ -214,6 +214,14 @@ def test_failure_is_dumped_replayed_and_judged(tmp_path, capsys):
     assert main(["repro", str(path), "--driver", "mutant:rare_conv"]) == 1
     assert "FAIL: mutant:rare_conv" in capsys.readouterr().out
     assert main(["repro", str(path), "--driver", "reference"]) == 0
+    # A runtime that aborts or hangs on the graph is the driver's CRASH or HANG, in one line,
+    # and nncert lives on to say so.
+    capsys.readouterr()
+    assert main(["repro", str(path), "--driver", "mutant:crash"]) == 1
+    out = capsys.readouterr().out
+    assert "CRASH: mutant:crash on " in out and out.rstrip().endswith("killed by SIGABRT"), out
+    assert main(["repro", str(path), "--driver", "mutant:hang", "--timeout", "2"]) == 1
+    assert "HANG: mutant:hang on " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("edit, message", [
