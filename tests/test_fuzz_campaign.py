@@ -372,3 +372,26 @@ def test_the_driver_is_checked_in_a_child_and_never_loaded_here(tmp_path, monkey
     assert (tmp_path / "made").exists() and "fz_checked_driver" not in sys.modules
     with pytest.raises(DriverSpecError, match=r"could not be started: .*cannot open /dev/npu0"):
         _check_driver(target, "fz_checked_driver:broken")
+
+
+def test_a_hang_without_a_frame_of_its_own_is_keyed_by_its_models_operations(monkeypatch):
+    """A hang in a child the target waits on (the support probe's) or in a runtime's native
+    loop leaves no frame of its own: keyed HANG|| alone, a TVM campaign's hangs in ROI_ALIGN,
+    AVERAGE_POOL_2D, MAX_POOL_2D, TRANSPOSE_CONV_2D and GENERATE_PROPOSALS were one finding and
+    four duplicates. The model's operations tell them apart."""
+    import nncert.fuzz.campaign as campaign
+    from nncert.fuzz import decode as dec
+    from nncert.fuzz.targets import TARGETS
+
+    def make(_driver):
+        def one(_data):
+            time.sleep(1000)
+        return one
+
+    monkeypatch.setattr(campaign, "_dump_frames", lambda _text: [])  # as the probe's wait leaves it
+    pool = dec.encode_case(next(i for i, k in enumerate(dec.cases()) if k.id.startswith("MAX_POOL_2D-")))
+    target = SimpleNamespace(name="sleepy", needs_driver=False, make=make, seeds=lambda: [],
+                             describe=repr, operations=TARGETS["prepare_model"].operations)
+    assert replay(target, None, pool, timeout=1).key == "HANG|MAX_POOL_2D|"
+    del target.operations  # a script's own TARGET need not say
+    assert replay(target, None, pool, timeout=1).key == "HANG||"

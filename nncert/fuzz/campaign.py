@@ -79,7 +79,8 @@ _FINAL_EXECS = re.compile(r"^stat::number_of_executed_units:\s*(\d+)", re.M)
 
 
 class Target(Protocol):
-    """What the campaign needs of a fuzz target (``nncert.fuzz.targets.Target``)."""
+    """What the campaign needs of a fuzz target (``nncert.fuzz.targets.Target``; its optional
+    ``operations``, the decoded model's, keys a hang that leaves no frame of its own)."""
 
     name: str
     needs_driver: bool
@@ -342,7 +343,8 @@ def replay(target: Target, driver: str | None, data: bytes, timeout: float,
     where = frames[0].rsplit(":", 1)[0] if frames else ""
     top = _frame_label(where, frames[0].rsplit(" in ", 1)[1]) if frames else ""
     if outcome.kind is Kind.HANG:
-        return Verdict("HANG", f"HANG|{top}|", outcome.reason, frames[:8], detail=outcome.stderr_tail)
+        where = top or _operations(target, data)  # no frame of its own: its model's operations
+        return Verdict("HANG", f"HANG|{where}|", outcome.reason, frames[:8], detail=outcome.stderr_tail)
     if outcome.kind is Kind.CRASH:
         sig = signal_name(outcome.signal) if outcome.signal is not None else f"exit {outcome.exit_code}"
         return Verdict("CRASH", f"CRASH|{top}|{sig}", outcome.reason, frames[:8], sig,
@@ -350,6 +352,18 @@ def replay(target: Target, driver: str | None, data: bytes, timeout: float,
     # FAILURE: the harness itself failed in the child (e.g. make() raised).
     return Verdict("EXCEPTION", f"EXCEPTION|harness|{outcome.reason.partition(':')[0]}", outcome.reason,
                    frames[:8], detail=outcome.stderr_tail)
+
+
+def _operations(target: Target, data: bytes) -> str:
+    """The operations of the model ``data`` decodes into for ``target`` ("" when it has none or
+    the input does not decode)."""
+    operations = getattr(target, "operations", None)  # (a script's own TARGET may not say)
+    if operations is None:
+        return ""
+    try:
+        return operations(data)
+    except Exception:  # decoding is total for the registered targets; a script's may not be
+        return ""
 
 
 def minimise(data: bytes, key: str, still_fails: Callable[[bytes], bool], budget: float) -> bytes:

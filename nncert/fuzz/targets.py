@@ -55,6 +55,10 @@ class Target:
     make: Callable[[str | None], OneInput]
     seeds: Callable[[], Iterable[bytes]]
     describe: Callable[[bytes], str]
+    #: The operations of the model an input decodes into ("CONV_2D,RELU"), for a target that
+    #: has one: what tells apart hangs that leave no frame of their own (a wait on the support
+    #: probe's child, a runtime's native loop), which would otherwise share the key HANG||.
+    operations: Callable[[bytes], str] | None = None
 
 
 # -- seeds -------------------------------------------------------------------------------------
@@ -513,15 +517,28 @@ def _describe_request(data: bytes) -> str:
     return dec.decode_request(data).describe()
 
 
+def _model_operations(data: bytes) -> str:
+    return _names(dec.decode_model(data, private=False).model)
+
+
+def _request_operations(data: bytes) -> str:
+    return _names(dec.decode_request(data).case.model)
+
+
+def _names(model) -> str:
+    return ",".join(sorted({op.type.name for op in model.main.operations}))
+
+
 def _describe_burst(data: bytes) -> str:
     return dec.decode_burst(data, 1 << 16).describe()
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("validate_model", False, make_validate_model, case_seeds, _describe_model),
-    Target("validate_request", False, make_validate_request, case_seeds, _describe_request),
-    Target("prepare_model", True, make_prepare_model, case_seeds, _describe_model),
-    Target("execute", True, make_execute, case_seeds, _describe_request),
+    Target("validate_model", False, make_validate_model, case_seeds, _describe_model, _model_operations),
+    Target("validate_request", False, make_validate_request, case_seeds, _describe_request,
+           _request_operations),
+    Target("prepare_model", True, make_prepare_model, case_seeds, _describe_model, _model_operations),
+    Target("execute", True, make_execute, case_seeds, _describe_request, _request_operations),
     Target("prepare_from_cache", True, make_prepare_from_cache, case_seeds, describe_cache_input),
     Target("burst", True, make_burst, burst_seeds, _describe_burst),
 )}
