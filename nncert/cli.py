@@ -434,7 +434,7 @@ def _cmd_graphs_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_repro(args: argparse.Namespace) -> int:
-    from nncert.drivers import load_driver
+    from nncert.drivers import DriverSpecError, load_driver
     from nncert.testing.graphs import SpecError, load_spec
     from nncert.testing.outcome import Kind, run_isolated
     from nncert.testing.random_graphs import run
@@ -462,11 +462,15 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if not 0 < args.timeout < math.inf:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
-    driver = load_driver(args.driver)
 
-    def replay() -> tuple[str, list[str], list[str]]:
+    def replay() -> tuple[str | None, list[str], list[str]]:
         """In a child: a runtime that aborts or hangs on the graph is the driver's CRASH or HANG,
-        never the end of nncert."""
+        never the end of nncert. The driver is loaded there too: a fork of a process that has
+        loaded TVM hangs. (None, [why], []) for a spec that cannot be loaded."""
+        try:
+            driver = load_driver(args.driver)
+        except DriverSpecError as e:
+            return None, [str(e)], []
         cache: list[str] = []
 
         def prepare_with_cache(model):  # CACHE-1: the runtime's side, as an app would use it
@@ -475,13 +479,15 @@ def _cmd_repro(args: argparse.Namespace) -> int:
             cache.append(got.describe())
             return got.prepared
 
-        outcome = run(driver, graph, prepare_with_cache if args.cache_dir else None)
+        try:
+            outcome = run(driver, graph, prepare_with_cache if args.cache_dir else None)
+        finally:
+            driver.close()
         return outcome.status, outcome.reasons, cache
 
-    try:
-        ended = run_isolated(replay, timeout=args.timeout)
-    finally:
-        driver.close()
+    ended = run_isolated(replay, timeout=args.timeout)
+    if ended.kind is Kind.SUCCESS and ended.value[0] is None:
+        raise DriverSpecError(ended.value[1][0])
     print(graph.describe())
     if ended.kind is not Kind.SUCCESS:  # CRASH, HANG, or the replay itself raised
         print(f"{ended.kind}: {args.driver} on {args.file}: {ended.reason}")
