@@ -740,7 +740,8 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     kept = summary["earlier_findings"]
     print(f"{summary['execs']} executions in {summary['elapsed_s']} s, corpus {summary['corpus']}, "
           f"{summary['findings']} finding(s), {summary['duplicates']} duplicate(s)"
-          + (f"; {kept} finding(s) of earlier campaigns kept in {out}" if kept else ""))
+          + (f"; {kept} finding(s) of earlier campaigns kept in {out}" if kept else "")
+          + ("; interrupted (Ctrl-C) before its time was up" if summary["interrupted"] else ""))
     new = 0
     for key, f in summary["findings_by_key"].items():
         known = f.get("known")
@@ -751,7 +752,9 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
         if f.get("standalone_command"):
             print(f"  standalone reproducer: {f['standalone_command']}")
     print(f"journal: {campaign.journal}; summary: {out / 'summary.json'}")
-    return 1 if new else 0  # discrepancies the driver's expectations already list do not fail it
+    # discrepancies the driver's expectations already list do not fail it; a campaign cut
+    # short by Ctrl-C says so in its status too (130, as a shell does)
+    return 1 if new else 130 if summary["interrupted"] else 0
 
 
 def _cmd_fuzz_corpus(args: argparse.Namespace) -> int:
@@ -1173,6 +1176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: what was written stays written (journals are appended as they go)
+        print(f"nncert: {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

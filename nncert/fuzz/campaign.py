@@ -480,6 +480,7 @@ class Campaign:
         self.started = time.monotonic()
         self.deadline = self.started + config.time  # set again when run() starts the workers
         self.ready_after: float | None = None  # seconds until the first worker was fuzzing
+        self.interrupted = False  # stopped by Ctrl-C before its time was up
         seeds = write_seeds(target, self.corpus_dir, config.max_seeds)
         for directory in corpus:
             for path in sorted(Path(directory).iterdir()):
@@ -757,6 +758,8 @@ class Campaign:
                 if time.monotonic() > self.deadline + grace:
                     break
                 time.sleep(0.2)
+        except KeyboardInterrupt:  # Ctrl-C: the campaign ends now, with what it found so far
+            self.interrupted = True
         finally:
             for w in self.workers:
                 self._stop(w)
@@ -779,6 +782,7 @@ class Campaign:
             # once they stopped), seed runs included
             "exec_per_s": round(status["execs"] / status["elapsed_s"], 1) if status["elapsed_s"] else 0,
             "startup_s": self.ready_after,  # until the first worker fuzzed (None: none did)
+            "interrupted": self.interrupted,
             "earlier_findings": len(self.earlier),
             # key -> times the workers met it, going on past it (keep_going): the worker's own
             # classification, each key's first input replayed for the record above
