@@ -47,6 +47,15 @@ def test_drivers_lists_reference_and_mutants(capsys):
     assert "reference" in out and "mutant:quant_off_by_2" in out
 
 
+def test_python_dash_m_nncert_is_the_command():
+    proc = subprocess.run([sys.executable, "-m", "nncert", "drivers"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "reference" in proc.stdout, proc.stderr
+    bad = subprocess.run([sys.executable, "-m", "nncert", "repro", "x.json", "--driver", "nosuch"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
 def test_drivers_says_which_runtimes_are_installed(capsys, monkeypatch):
     """Each real runtime's release, read from the installed distributions; a missing one is
     named with the extra that installs it."""
