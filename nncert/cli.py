@@ -462,6 +462,8 @@ def _cmd_repro(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if not 0 < args.timeout < math.inf:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.cache_dir:  # here, so that a directory nncert may not use is the one-line error
+        files.private_dir(args.cache_dir)
 
     def replay() -> tuple[str | None, list[str], list[str]]:
         """In a child: a runtime that aborts or hangs on the graph is the driver's CRASH or HANG,
