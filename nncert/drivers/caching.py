@@ -235,6 +235,7 @@ class TokenStore:
                     if isinstance(e, sqlite3.OperationalError):
                         raise
                 self._db.close()  # corrupt under us: connect again, checking the file this time
+                self._db = None  # (a failed connect is tried afresh on the next call)
                 self._open(check=True)
                 return self._db.execute(sql, args).fetchall()
             except (OSError, sqlite3.Error) as e:  # an UnsafePathError too
