@@ -44,6 +44,16 @@ def test_each_finding_has_a_reproducer_that_showed_its_symptom(finding):
 
 
 @pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
+def test_each_finding_says_which_runtimes_agree_with_the_reference(finding):
+    """The N-way verdict of its case, a crash or refusal too (the driver gave no outputs: the
+    peers are asked whether they agree with the reference): a maintainer sees whether the
+    expected values are corroborated."""
+    verdict = finding.case().get("verdict") or ""
+    assert verdict.startswith("N-way verdict"), f"{finding.id}: no N-way verdict"
+    assert "not triaged" not in verdict and "no peer runtime" not in verdict, f"{finding.id}: {verdict}"
+
+
+@pytest.mark.parametrize("finding", CATALOGUE, ids=IDS)
 def test_each_finding_is_a_strict_xfail_of_its_driver(finding):
     """... or declined by it: a crash or a refusal that the support probe finds is not
     claimed (DRV-2)."""

@@ -140,6 +140,24 @@ def test_peers_agreeing_with_the_reference_make_the_driver_the_odd_one_out(monke
                                "odd one out")
 
 
+def test_a_driver_without_outputs_is_judged_by_whether_the_peers_agree_with_the_reference(monkeypatch):
+    """A case the driver refused, failed or died on (a finding's crash or refusal): no peer
+    can side with it, and the verdict says it gave no outputs."""
+    monkeypatch.setattr(triage, "PEERS", {"ref-a": ("reference", ("numpy",)),
+                                          "bug": ("mutant:quant_off_by_2", ("numpy",))})
+    case = _failing_case()
+    model, feeds = case.model()
+    judge = triage.Triage("vendor-npu")
+    try:
+        verdict = judge.verdict(model, feeds, case.expected, None)
+    finally:
+        judge.close()
+    assert [p.verdict for p in verdict.peers] == ["agrees-reference", "differs"]
+    assert verdict.no_outputs and verdict.as_dict()["no_outputs"]
+    assert verdict.summary == ("N-way verdict: ref-a agrees with reference; bug agrees with neither -> "
+                               "vendor-npu and bug are the odd ones out (vendor-npu gave no outputs)")
+
+
 def test_peers_agreeing_with_the_driver_make_the_reference_the_odd_one_out(monkeypatch):
     [verdict] = _replayed(monkeypatch, {"same-bug": ("mutant:quant_off_by_2", "numpy"),
                                         "ref": ("reference", "numpy"),

@@ -9,7 +9,7 @@ with expected.npz (the reference results) within the tolerance case.json gives f
 
 Exit status 0: every output within its tolerance (not reproduced); 1: an output outside it
 (REPRODUCED); 2: the runtime is not installed; 3: the runtime raised an error. A process
-killed by a signal reproduces a crash.
+killed by a signal reproduces a crash; one that does not end reproduces a hang.
 """
 
 import json

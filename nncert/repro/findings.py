@@ -161,16 +161,21 @@ def build(finding: Finding, out_dir: str | Path | None = None) -> Path:
         # A crash or a refusal the support probe found is declined by the driver: written all
         # the same (a wrong result is never declined: the probe does not judge values).
         standalone.write_of_test(finding.build, finding.driver, staging,
-                                 declined=finding.symptom != "wrong result", timeout=finding.deadline)
+                                 declined=finding.symptom != "wrong result", timeout=finding.deadline,
+                                 peers="all")
     else:
         from nncert.drivers import load_driver
+        from nncert.testing import triage
         from nncert.testing.graphs import SpecError, load_spec
+        from nncert.testing.random_graphs import graph_verdict
 
         try:
             graph, doc = load_spec(FINDINGS_DIR / finding.build)
         except SpecError as e:
             raise standalone.StandaloneError(str(e)) from None
         verdict = (doc.get("verdict") or {}).get("summary") if isinstance(doc.get("verdict"), dict) else None
+        if verdict is None:  # a crash, hang or refusal: which peers agree with the reference
+            verdict = graph_verdict(graph, None, finding.driver, peers=triage.parse_peers("all"))["summary"]
         driver = load_driver(finding.driver)
         try:
             standalone.write_graph(driver, graph, staging, source=f"random graph {finding.build}",

@@ -406,13 +406,14 @@ def measure(path: str | os.PathLike, timeout: float = RUN_TIMEOUT_S) -> dict[str
 
 
 def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise: bool = True,
-                  declined: bool = False, timeout: float = RUN_TIMEOUT_S) -> Path:
+                  declined: bool = False, timeout: float = RUN_TIMEOUT_S, peers: str | None = None) -> Path:
     """The reproducer of a failing test id on driver ``spec``: the test runs with
     ``--standalone-dir`` in a pytest child process (under the crash guard: a test that kills
     its process leaves its reproducer, run here afterwards), and its reproducer moves to
     ``out_dir`` (new or empty); with ``minimise``, a wrong result is minimised first
     (``--standalone-minimise``: nncert.repro.minimise); with ``declined``, a case the driver
-    declines is written too (``--standalone-declined``); a script the test did not run (its
+    declines is written too (``--standalone-declined``), with the N-way verdict of ``peers``
+    (``--triage-peers``; default: the default peers) on it as on a failure; a script the test did not run (its
     case killed or hung the process) runs here for ``timeout`` seconds. StandaloneError (one
     line) when the test does not fail, is unknown, or writes no reproducer (a test that is no
     per-operation case or random graph)."""
@@ -427,6 +428,8 @@ def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise:
             command.append("--standalone-minimise")
         if declined:
             command.append("--standalone-declined")
+        if peers is not None:
+            command.append(f"--triage-peers={peers}")
         try:
             done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, timeout=TEST_TIMEOUT_S)
@@ -447,6 +450,19 @@ def write_of_test(test_id: str, spec: str, out_dir: str | os.PathLike, minimise:
             measure(written[0], timeout)
         os.rename(written[0], out)  # out is missing or an empty directory
     return out
+
+
+def _declined_verdict(model: Model, feeds: list[np.ndarray], expected: list[np.ndarray],
+                      relaxed: bool) -> str | None:
+    """The N-way verdict of the session's triage (None when off) on a case the driver
+    declined, so gave no outputs: which peers agree with the reference."""
+    from nncert.testing import triage
+
+    if triage.ACTIVE is None:
+        return None
+    verdict = triage.ACTIVE.verdict(model, feeds, expected, None, relaxed, budgeted=False)
+    triage.ACTIVE.take()  # not the next test's report's
+    return verdict.summary
 
 
 def record_verdict(path: str | os.PathLike, verdict: str) -> None:
@@ -492,7 +508,8 @@ class Session:
         #: Also write (and keep, and run) the cases the driver declines: how a defect that the
         #: support probe found (a runtime that dies running an operation) gets its reproducer.
         self.declined = declined
-        self._kept: set[str] = set()
+        #: test id -> the declined case kept (model, inputs, expected, relaxed), for its verdict
+        self._kept: dict[str, tuple] = {}
         self.test_id: str | None = None
         self.written: dict[str, Path] = {}
         #: test id -> what ``before_case`` wrote its reproducer of (for ``minimise``)
@@ -510,7 +527,8 @@ class Session:
         if path is None:
             return
         if declined:
-            self._kept.add(self.test_id)
+            self._kept[self.test_id] = (model.copy(), [np.array(a) for a in feeds],
+                                        [np.array(e) for e in expected], relaxed)
         try:
             self.written[self.test_id] = write_standalone(
                 driver, model, feeds, path, expected=expected, relaxed=relaxed, source=self.test_id,
@@ -545,6 +563,9 @@ class Session:
             del self.written[test_id]
             return
         try:
+            kept = self._kept.pop(test_id, None)
+            if not verdict and kept is not None:  # declined: no test failed, so none was triaged
+                verdict = _declined_verdict(*kept)
             if verdict:
                 record_verdict(path, verdict)
             if load_case(path).get("outcome") is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,17 +249,26 @@ def triage(failure: Failure, driver_spec: str) -> dict | None:
     """The N-way verdict on a failure: the peer runtimes judged against the golden and
     against the driver with the graph's criteria. In a pytest session with triage on, by the
     session's peers (--triage-peers, already started), whatever its budget has left: the spec
-    file, verdict included, is the same in any run; else by peers of its own."""
-    from nncert.testing import triage as triage_module
-
+    file, verdict included, is the same in any run; else by peers of its own. None for a
+    failure without outputs (a crash, hang or refusal: ``graph_verdict`` asks the peers all
+    the same)."""
     if failure.outcome.actual is None:
         return None
+    return graph_verdict(failure.graph, failure.outcome.actual, driver_spec)
+
+
+def graph_verdict(graph: Graph, actual: Sequence[np.ndarray] | None, driver_spec: str,
+                  peers: Sequence[str] | None = None) -> dict:
+    """The N-way verdict on ``graph`` whose outputs on the driver were ``actual`` (None: it
+    gave none), by the session's triage when one is active, else by ``peers`` of its own
+    (default: triage's default peers)."""
+    from nncert.testing import triage as triage_module
+
     session = triage_module.ACTIVE
-    t = session if session is not None else triage_module.Triage(driver_spec, budget=1)
+    t = session if session is not None else triage_module.Triage(driver_spec, budget=1, peers=peers)
     try:
-        graph = failure.graph
         model, feeds = graph.model()
-        verdict = t.verdict(model, feeds, graph.expected, failure.outcome.actual,
+        verdict = t.verdict(model, feeds, graph.expected, actual,
                             agree=lambda one, other: not judge(graph, model, other, one), budgeted=False)
     finally:
         if t is not session:

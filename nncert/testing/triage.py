@@ -118,6 +118,8 @@ class Verdict:
     peers: list[PeerResult] = field(default_factory=list)
     #: Why the case was not triaged at all (the session's budget is spent), or "".
     not_triaged: str = ""
+    #: The driver gave no outputs (it refused the model, failed or died): no peer can side with it.
+    no_outputs: bool = False
 
     def _named(self, verdict: str) -> list[str]:
         return [p.peer for p in self.peers if p.verdict == verdict]
@@ -187,12 +189,14 @@ class Verdict:
         if odd:
             conclusion = f" -> {_listed(odd, ' and ')} " + \
                 ("is the odd one out" if len(odd) == 1 else "are the odd ones out")
+            if self.no_outputs and self.driver in odd:
+                conclusion += f" ({self.driver} gave no outputs)"
         elif any(len(camp) > 1 for camp in camps) or len(camps) > 2:
             conclusion = " -> no clear majority: " + " against ".join(_listed(c, " and ") for c in camps)
         return PREFIX + "; ".join(parts) + conclusion
 
     def as_dict(self) -> dict:
-        out = {"driver": self.driver, "summary": self.summary,
+        out = {"driver": self.driver, "summary": self.summary, "no_outputs": self.no_outputs,
                "peers": {p.peer: {"verdict": p.verdict, "detail": p.detail,
                                   **({"sides_with": p.sides_with} if p.sides_with else {})}
                          for p in self.peers},
@@ -261,7 +265,8 @@ class Triage:
         agree; by default, within the per-operation tolerances of ACC-1..4 (random graphs
         pass their ACC-5 criteria). ``budgeted=False``: triaged whatever the budget left (its
         time still counts), for a verdict that must not depend on what earlier tests spent."""
-        out = Verdict(self.driver_name, not_triaged=self._spent() if budgeted else "")
+        out = Verdict(self.driver_name, not_triaged=self._spent() if budgeted else "",
+                      no_outputs=actual is None)
         if not out.not_triaged:
             if budgeted:
                 self.budget -= 1
