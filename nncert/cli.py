@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +28,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with its errors in one line like every other usage error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"nncert: error: {self.prog.removeprefix('nncert ')}: {message}\n")
+        # the subcommands as typed: `certify merge`, not the parser's name for it, certify-merge
+        message = re.sub(r"'(fuzz|graphs|certify)-(\w+)'", r"'\1 \2'", message)
+        where = self.prog.removeprefix("nncert").strip().replace("-", " ")
+        self.exit(2, f"nncert: error: {where + ': ' if where else ''}{message}\n")
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:

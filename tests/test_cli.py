@@ -86,6 +86,20 @@ def test_unknown_driver_is_a_one_line_error(capsys):
     assert err.count("\n") == 0 and "unknown driver 'nosuch'" in err and "reference" in err
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["mutants"], "nncert: error: argument command: invalid choice: 'mutants' (choose from "),
+    (["certify", "merge"], "nncert: error: certify merge: the following arguments are required: "),
+    (["fuzz", "merge", "--out"], "nncert: error: fuzz merge: argument --out: expected one argument"),
+])
+def test_argument_errors_name_the_command_as_typed(capsys, argv, said):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(said) and err.count("\n") == 1
+    if argv == ["mutants"]:  # the commands listed as they are typed
+        assert "'certify merge'" in err and "certify-merge" not in err
+
+
 @pytest.mark.parametrize("spec,head,args,options", [
     ("reference", "reference", [], {}),
     ("mutant:quant_off_by_2", "mutant", ["quant_off_by_2"], {}),
