@@ -187,6 +187,28 @@ def test_quant_scale_edges_reach_scales_and_ratios():
                 assert 64 <= ci.operand.scale <= 1024, case.id
 
 
+@pytest.mark.req("ACC-2")
+def test_scale_over_output_edge_keeps_the_large_ratio_to_cancel():
+    """ADD and SUB, each 8-bit type: one input's scale 2**16..2**18.5 times the output's (below
+    the 2**19 Android's rescaling takes), its values at or one step off a zero point near the
+    top, the other's scale 4/3 of the output's; and the output not saturated everywhere."""
+    cases = _cases_of("quant_scale_over_output")
+    assert sorted(f"{c.record.name}-{c.variant.label}" for c in cases) == [
+        "ADD-quant8_asymm", "ADD-quant8_asymm_signed", "SUB-quant8_asymm", "SUB-quant8_asymm_signed"]
+    for case in cases:
+        out = case.outputs[0]
+        small, big = sorted((ci for ci in case.inputs[:2]), key=lambda ci: ci.operand.scale)
+        assert 2.0**16 * 0.999 <= big.operand.scale / out.scale <= 2.0**18.5 * 1.001, case.id
+        assert small.operand.scale / out.scale == pytest.approx(4 / 3, rel=1e-6), case.id
+        hi = big.operand.type.quant_range[1]
+        assert hi - 24 <= big.operand.zero_point < hi, case.id
+        step = np.asarray(big.value, np.int64) - big.operand.zero_point
+        assert set(np.unique(step)) <= {-1, 0, 1} and (step == 0).mean() > 0.5, case.id
+        expected = np.asarray(case.expected[0], np.int64)
+        inside = (expected > out.type.quant_range[0]) & (expected < out.type.quant_range[1])
+        assert inside.sum() >= 2, case.id
+
+
 @pytest.mark.req("ACC-6")
 def test_broadcast_corners():
     for case in _cases_of("broadcast_complementary"):

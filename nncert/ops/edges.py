@@ -59,7 +59,9 @@ class Edge:
     #: that a clamp shows in the quantised output), "zero_point_min" / "zero_point_max" (the
     #: zero point at the type's extreme, the scale covering the golden's side of zero),
     #: "range" (cover the golden's range exactly, however small the scale gets), "unit" (scale
-    #: exactly 1, the zero point placing the golden's range inside the type's as far as it fits).
+    #: exactly 1, the zero point placing the golden's range inside the type's as far as it fits),
+    #: "below_inputs" (OVER_OUTPUT_SMALL of the smallest quantised input's scale, the zero point
+    #: placing the golden's values within that scale's reach inside the type).
     output_quant: str = ""
     #: Real output 0 before the fused activation -> FULL, PARTIAL or 0 (draw again).
     reached: Callable[[np.ndarray], int] | None = None
@@ -237,6 +239,59 @@ QUANT = (
          "outputs to match",
          applies=_quant_applies(), adjust=_scales((64.0, 1024.0), (64.0, 1024.0)), output_quant="range"),
 )
+
+
+# ---------------------------------------------------------------------------------------
+# Input scales far above the output's (declared by ADD and SUB)
+
+#: Input-to-output scale ratios of the ``quant_scale_over_output`` edge: Android's CPU ADD and
+#: SUB rescale with a 20-bit left shift and take a ratio below 2**19 (LiteRT's kernels alike).
+OVER_OUTPUT_RATIOS = (2.0**16, 2.0**18.5)
+#: The output's scale, as a fraction of the smaller input's.
+OVER_OUTPUT_SMALL = 0.75
+
+
+def _two_quant_inputs(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    return len(_quant_inputs(sig, var_)) == 2 and all(
+        a.resolve(var_.types) in _EIGHT_BIT for a in sig.outputs[:1])
+
+
+def _over_output(s: SampleContext) -> None:
+    """Two inputs of one shape (rank 2..4, 2..5 per dimension: a one-element tensor may take
+    another code path). One (either) with a scale 2**16..2**18.5 times the output's, most of
+    its values at its zero point (real 0; the others one step off, far past the output's
+    range) and the zero point near the type's top, so that zero_point x scale / output scale
+    is large; the other with a usual scale and values anywhere. The output (policy
+    ``below_inputs``) gets 3/4 of the smaller scale."""
+    dims = s.dims(s.draw.int(2, 4), 2, 5)
+    big, small = _quant_inputs(s.signature, s.variant)
+    s.tensor(big, dims)
+    s.tensor(small, dims)
+    if s.draw.bool():
+        big, small = small, big
+    lo_ratio, hi_ratio = OVER_OUTPUT_RATIOS
+    ratio = math.exp(s.draw.float(math.log(lo_ratio), math.log(hi_ratio)))
+    small_scale = float(np.float32(math.exp(s.draw.float(math.log(0.005), math.log(0.05)))))
+    big_scale = float(np.float32(OVER_OUTPUT_SMALL * small_scale * ratio))
+    for name, scale in ((small, small_scale), (big, big_scale)):
+        lo, hi = s.type(name).quant_range
+        for item in _items(s, name):
+            item.scale = scale
+            if name == small:
+                item.zero_point = s.draw.int(lo, hi)
+                item.value = s.draw.integers(item.dims, lo, hi)
+            else:
+                item.zero_point = s.draw.int(hi - 24, hi - 1)
+                step = s.draw.integers(item.dims, -1, 1) * (s.draw.integers(item.dims, 0, 3) == 0)
+                item.value = item.zero_point + step
+
+
+SCALE_OVER_OUTPUT = Edge(
+    "quant_scale_over_output", "quant",
+    "one 8-bit input's scale 2**16..2**18.5 times the output's (the largest ratio Android's "
+    "rescaling takes is 2**19), its values at its zero point or one step off (saturating), "
+    "its zero point near the type's top: the zero-point terms must cancel exactly",
+    applies=_two_quant_inputs, sample=_over_output, output_quant="below_inputs")
 
 
 # ---------------------------------------------------------------------------------------

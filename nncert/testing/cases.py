@@ -524,6 +524,15 @@ def _output_quant(record: OpRecord, a: Arg, o: Operand, real: np.ndarray,
         side = rmax if at_min else -rmin
         scale = side / (hi - lo) if side > 0 else 1e-3
         return dataclasses.replace(o, scale=_f32(scale), zero_point=lo if at_min else hi)
+    if policy == "below_inputs":
+        # OVER_OUTPUT_SMALL of the smallest 8-bit input scale; the zero point placing the
+        # golden's values within that scale's reach (not the saturated ones) inside the type.
+        smallest = min(ci.operand.scale for ci in inputs
+                       if ci.operand is not None and ci.operand.type.is_quant and ci.operand.type.is_tensor)
+        scale = _f32(edges.OVER_OUTPUT_SMALL * smallest)
+        near = finite[np.abs(finite) <= (hi - lo) * scale]
+        low = min(0.0, float(near.min()) if near.size else 0.0)
+        return dataclasses.replace(o, scale=scale, zero_point=int(np.clip(round(lo - low / scale), lo, hi)))
     if policy == "unit":
         return dataclasses.replace(o, scale=1.0, zero_point=int(np.clip(round(lo - rmin), lo, hi)))
     floor = 1e-3 if policy != "range" or rmax == rmin else 0.0

@@ -170,6 +170,33 @@ class QuantInHalfPrecision(MutantDriver):
                     for i, (r, o) in enumerate(zip(got, outputs, strict=True))]
 
 
+class ZeroPointsFoldedInFloat32(MutantDriver):
+    """Quantised ADD and SUB requantise in one float32 multiply-add per element: qa x (sa/so)
+    +/- qb x (sb/so) + c, the zero points folded into the constant c = zo - za x sa/so -/+ zb x
+    sb/so, as a fused QLinearAdd kernel does. Exact to a step while the scales are alike; where
+    an input's scale is 2**16 and more times the output's, the terms that should cancel are
+    millions and each is rounded to a float32 ulp of several steps."""
+
+    name = "zero_points_folded_f32"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.ADD, Op.SUB) or outputs[0].type not in _EIGHT_BIT or \
+                any(o is None or o.type not in _EIGHT_BIT for o in operands[:2]):
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        if inst.scalar("act", 0) != 0:
+            return results
+        f = np.float32
+        a, b, out = operands[0], operands[1], outputs[0]
+        sign = f(1) if op.type is Op.ADD else f(-1)
+        ra, rb = f(a.scale) / f(out.scale), sign * f(b.scale) / f(out.scale)
+        c = f(out.zero_point) - f(a.zero_point) * ra - f(b.zero_point) * rb
+        qa, qb = (np.asarray(v).astype(f) for v in inputs[:2])
+        acc = qa * ra + qb * rb + c  # float32 throughout, broadcasting
+        lo, hi = out.type.quant_range
+        return [np.clip(np.rint(acc), lo, hi).astype(dtype_of(out.type)).reshape(results[0].shape)]
+
+
 class LogSoftmaxAxisOfOneIsIdentity(MutantDriver):
     """LOG_SOFTMAX over an axis of length 1 is folded away by the graph optimiser as a no-op
     (as it folds reductions over a length-1 axis): the output is the input, not 0."""
@@ -249,6 +276,8 @@ MUTANT_INFO = (
                args=("-k", "edge_quant_scale_one and sync")),
     MutantInfo(QuantInHalfPrecision, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_quant_scale_large and sync")),
+    MutantInfo(ZeroPointsFoldedInFloat32, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_scale_over_output and sync")),
     MutantInfo(LogSoftmaxAxisOfOneIsIdentity, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_axis_of_1 and SOFTMAX")),
     MutantInfo(BroadcastBothCyclic, "ACC-6", suite="test_operations.py",
