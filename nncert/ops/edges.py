@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nncert.hal.types import FusedActivationFunc
+from nncert.hal.types import FusedActivationFunc, Version
 from nncert.hal.types import OperandType as T
 from nncert.ops.base import ACTIVATION_RANGE, OpRecord, SampleContext, Signature, Variant
 from nncert.ops.window import IMPLICIT, PADDING_SAME, PADDING_VALID, effective_size, implicit_padding
@@ -70,6 +70,9 @@ class Edge:
     #: (context, filter_h, filter_w, dilation allowed, pool) -> input (height, width); sets
     #: the padding, stride and dilation scalars as ``window.sample_window`` does.
     window: Callable[[SampleContext, int, int, bool, bool], tuple[int, int]] | None = None
+    #: The HAL version whose specification first defines what the edge expects (an L2
+    #: normalisation of an all-zero slice: zeros since 1.3): the case needs a driver of it.
+    since: Version | None = None
 
 
 @dataclass(frozen=True)

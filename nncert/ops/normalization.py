@@ -214,6 +214,26 @@ def _l2_sample(s: SampleContext) -> None:
         s.tensor("input", dims)
 
 
+def _zero_slice_sample(s: SampleContext) -> None:
+    """One 1-D slice along the axis all zeros (raw values at the zero point), the others
+    without a zero: the slice's output is zeros since HAL 1.3, not 0 / 0."""
+    dims, axis = _sample_input(s)
+    where: list = [s.draw.int(0, d - 1) for d in dims]
+    where[axis] = slice(None)
+    if s.type("input").is_quant:
+        lo, hi = s.type("input").quant_range
+        zp = s.draw.int(lo, hi)
+        raw = s.draw.integers(dims, lo, hi)
+        raw[raw == zp] = zp + 1 if zp < hi else zp - 1
+        raw[tuple(where)] = zp
+        s.tensor("input", dims, raw, scale=float(np.float32(s.draw.float(0.01, 0.05))), zero_point=zp)
+        return
+    x = edges.grid(s, dims, -16, 15)
+    x = np.where(x == 0, 2.0, x)
+    x[tuple(where)] = 0.0
+    s.tensor("input", dims, value=x)
+
+
 _L2_NORMALIZATION = OpRecord(
     Op.L2_NORMALIZATION,
     # Inputs stay away from zero: an all-zero slice is undefined before HAL 1.3.
@@ -222,7 +242,9 @@ _L2_NORMALIZATION = OpRecord(
     by_version({Version.V1_0: (_F32,), Version.V1_2: (_F16, _Q8), Version.V1_3: (_Q8S,)}),
     _l2_normalization, same_shape, _l2_sample,
     criterion="relaxed", check=_check(),
-    edges=(_AXIS_OF_1, edges.long_reduction(_long_l2_sample, f"two rows of {LONG_AXIS} squares summed")),
+    edges=(_AXIS_OF_1, edges.long_reduction(_long_l2_sample, f"two rows of {LONG_AXIS} squares summed"),
+           edges.Edge("zero_slice", "zero", "one slice along the axis all zeros: zeros out (HAL 1.3)",
+                      sample=_zero_slice_sample, since=Version.V1_3)),
     doc="input / sqrt(sum(input ** 2)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_RANKS_1_0),
 )

@@ -325,7 +325,10 @@ def _sample(record: OpRecord, sig: Signature, var_: Variant, nchw: bool | None, 
         if tuple(e.shape) != tuple(o.dimensions):
             raise ShapeError(f"{record.name}: kernel output {i} has shape {list(e.shape)}, "
                              f"the shape rule says {list(o.dimensions)}")
-    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, instance_version(ctx),
+    version = instance_version(ctx)
+    if edge is not None and edge.since is not None:
+        version = max(version, edge.since)
+    return OpCase(record, sig, var_, nchw, act, seed, inputs, outputs, expected, version,
                   notes, None if edge is None else edge.name)
 
 

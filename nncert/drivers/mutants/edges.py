@@ -264,6 +264,26 @@ class SamePaddingAtStrideOne(MutantDriver):
         return [np.transpose(out, TO_NCHW) if nchw else out]
 
 
+class L2ZeroSliceNaN(MutantDriver):
+    """L2_NORMALIZATION divides each slice by its norm as it is, with no guard: an all-zero
+    slice gives 0 / 0 (NaN), or its zero point for a quantised output, where HAL 1.3 wants
+    zeros. Every other slice is right."""
+
+    name = "l2_zero_slice_nan"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.L2_NORMALIZATION:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        x = to_real(np.asarray(inputs[0]), operands[0])
+        axis = normalize_axis(int(inst.scalar("axis", -1)), x.ndim, "axis")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = x / np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+        if outputs[0].type.is_quant:  # NaN becomes the type's lowest value, as a cast of it would
+            return [from_real(np.nan_to_num(y, nan=-np.inf), outputs[0])]
+        return [y.astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -284,4 +304,5 @@ MUTANT_INFO = (
                args=("-k", "edge_broadcast_complementary and sync")),
     MutantInfo(SamePaddingAtStrideOne, "ACC-6", suite="test_operations.py",
                args=("-k", "edge_window_stride_over_filter and implicit")),
+    MutantInfo(L2ZeroSliceNaN, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_slice and sync")),
 )
