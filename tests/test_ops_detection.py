@@ -233,6 +233,14 @@ def _ort(op, inputs, outs):
     """One ``op`` whose tensor inputs are model inputs (``inputs``: arrays, float32 or int32,
     and Python scalars as constants; ``outs``: (type, dims)), exported to ONNX and run."""
     ort = pytest.importorskip("onnxruntime")
+    proto, feeds = _exported(op, inputs, outs)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: f for i, f in zip(session.get_inputs(), feeds, strict=True)})
+
+
+def _exported(op, inputs, outs):
+    """``_ort``'s model as the ONNX exporter writes it, and its feeds."""
+    pytest.importorskip("onnx")
     from nncert.drivers.onnxruntime.export import export
     from nncert.hal.builder import ModelBuilder
 
@@ -252,9 +260,7 @@ def _ort(op, inputs, outs):
             feeds.append(np.asarray(v, np.int32 if t is T.TENSOR_INT32 else np.float32))
     out = [b.operand(t, d) for t, d in outs]
     b.operation(op, idx, out)
-    model = b.build(model_inputs, out)
-    session = ort.InferenceSession(export(model).SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {i.name: f for i, f in zip(session.get_inputs(), feeds, strict=True)})
+    return export(b.build(model_inputs, out)), feeds
 
 
 HALF_A, HALF_B = [0, 0, 3, 2], [1, 0, 4, 2]  # IoU exactly 0.5 (intersection 4, union 8)
@@ -315,6 +321,32 @@ def test_onnx_generate_proposals_pre_nms_min_size_and_suppression_at_the_thresho
                [(T_F32, (3,)), (T_F32, (3, 4)), (T_I32, (3,))])
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_onnx_nms_bounds_are_at_most_the_boxes():
+    """A post_nms_max or max_detections of up to 2^31 - 1 is exported as NonMaxSuppression's
+    max_output_boxes_per_class no larger than the boxes there are: TVM sizes NMS's output by
+    that bound (the fuzzer's post_nms_max of 788,489,727 took 19 GB and hung its probe)."""
+    from onnx import numpy_helper
+
+    def bound(proto) -> int:
+        (nms,) = [n for n in proto.graph.node if n.op_type == "NonMaxSuppression"]
+        consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+        consts.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                       if n.op_type == "Constant"})
+        return int(np.asarray(consts[nms.input[2]]).reshape(-1)[0])
+
+    scores, anchors = np.full((1, 1, 2, 2), 0.5), np.array([HALF_A, HALF_B], float)
+    gp, _ = _exported(Op.GENERATE_PROPOSALS,
+                      [scores, np.zeros((1, 1, 2, 8)), anchors, np.array([[10, 10.0]]),
+                       4.0, 4.0, -1, 2**31 - 1, 0.5, 0.0, False],
+                      [(T_F32, (4,)), (T_F32, (4, 4)), (T_I32, (4,))])
+    assert bound(gp) == 4  # 1 x 2 positions x 2 anchors
+    bwn, _ = _exported(Op.BOX_WITH_NMS_LIMIT,
+                       [np.full((3, 2), 0.5), np.tile([0, 0, 1, 1.0], (3, 2)), np.array([0, 0, 0]),
+                        0.1, 2**31 - 1, 0, 0.5, 1.0, 0.1],
+                       [(T_F32, (3,)), (T_F32, (3, 4)), (T_I32, (3,)), (T_I32, (3,))])
+    assert bound(bwn) == 3
 
 
 def test_onnx_axis_aligned_bbox_transform_by_batch_index():

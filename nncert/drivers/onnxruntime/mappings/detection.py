@@ -16,7 +16,8 @@
   drops the pending boxes under nms_score_threshold after each selection (so every box but
   the best of its class and image must reach nms_score_threshold): boxes under it are masked
   out unless they are their class's and image's best (ArgMax, first index). The per-class
-  cap is max_detections (Android uses it for both caps; < 0 unlimited). Then per image the
+  cap is max_detections (Android uses it for both caps; < 0 unlimited), at most the boxes a
+  class has (a runtime may size NMS's output by the cap). Then per image the
   max_detections best by score (stable TopK sorts by score, then by run, a rank within the
   run from the runs' exclusive cumulative counts, Compress), and the output in Android's
   order: by run, class, then score (a stable TopK on run * classes + class). Scores and
@@ -33,7 +34,8 @@
   AXIS_ALIGNED_BBOX_TRANSFORM, the pre_nms_max best scores per image (TopK marked by
   ScatterElements), Android's filter (width and height > min_size, centre inside the
   image), and one NonMaxSuppression per image (ONNX batch = image, one class) with
-  post_nms_max (non-positive: unlimited) and the same float32 threshold shift as above; the
+  post_nms_max (non-positive: unlimited; at most the image's proposals, since a runtime may
+  size NMS's output by it) and the same float32 threshold shift as above; the
   filtered-out proposals get score -inf and a score threshold of the lowest finite float32,
   so a proposal whose own score is -inf (or NaN) is never output, where Android would.
   Output in Android's order: by image, then selection order (best first).
@@ -192,7 +194,7 @@ def _bwn(e: Emit) -> None:
     background = np.zeros((c, 1, 1), bool)
     background[0] = True
     masked = e.node("Where", [e.const(background, np.bool_), low, masked])
-    per_class_cap = limit if limit >= 0 else r
+    per_class_cap = min(limit, r) if limit >= 0 else r  # no class keeps more than its R boxes
     below = float(np.nextafter(np.float32(iou_thr), np.float32(-np.inf)))  # IoU > below <=> IoU >= thr
     selected = e.node("NonMaxSuppression", [nms_boxes, masked, e.const([per_class_cap]),
                                             e.const([below], _F32), e.const([score_thr], _F32)])
@@ -292,7 +294,10 @@ def _gp(e: Emit) -> None:
     iou_thr = _scalar_f32(e, "iou_threshold")
     below = float(np.nextafter(np.float32(iou_thr), np.float32(-np.inf)))
     lowest = float(np.finfo(_F32).min)  # every finite score takes part, the masked -inf ones not
-    selected = e.node("NonMaxSuppression", [boxes, masked, e.const([post if post > 0 else n]),
+    # The bound as tight as it can be (no image has more than n proposals): a runtime that sizes
+    # NMS's output by the bound (TVM) would otherwise take memory and time in proportion to a
+    # post_nms_max of up to 2^31 (the fuzzer's 788,489,727: 19 GB).
+    selected = e.node("NonMaxSuppression", [boxes, masked, e.const([min(post, n) if post > 0 else n]),
                                             e.const([below], _F32), e.const([lowest], _F32)])
     where = e.node("Gather", [selected, e.const([0, 2])], axis=1)  # [M, 2]: image, box
 
