@@ -174,6 +174,32 @@ def test_while_is_declined_and_if_runs_both_branches(driver):
         np.testing.assert_array_equal(got, if_golden(c, a, b))
 
 
+def _transpose_conv(stride_w: int, pad: int):
+    """TRANSPOSE_CONV_2D-explicit-float32-nhwc-none-s0 (input width 4, output width 6) with
+    ``stride_w`` and both horizontal paddings ``pad``."""
+    import dataclasses
+
+    key = next(k for k in enumerate_cases(seeds=(0,)) if k[0].type is O.TRANSPOSE_CONV_2D
+               and k[1].name == "explicit" and k[2].label == "float32" and not k[3] and k[4] == 0)
+    case = sample_case(*key)
+    given = {"stride_w": stride_w, "pad_left": pad, "pad_right": pad}
+    inputs = [dataclasses.replace(ci, value=np.asarray(given[ci.arg.name], np.int32))
+              if ci.arg.name in given else ci for ci in case.inputs]
+    case = dataclasses.replace(case, inputs=inputs)
+    return case.model("base")[0]
+
+
+def test_a_transposed_convolution_padded_down_from_a_huge_stride_is_declined(driver):
+    """The tvm prepare_model campaign's hang: stride 7.7e8 on an input of width 4, padded down
+    to an output of width 6. TVM computes the un-cropped 2.3e9-wide output first (37 GB; 48
+    bytes a unit of stride, measured up to 5e7): declined by the static rule, no probe run."""
+    stride = 770_000_000
+    model = _transpose_conv(stride, stride * 3 // 2 - 2)
+    (reason,) = driver.decline_reasons(model)
+    assert "before it removes the padding" in reason and "2 x 2310000002" in reason
+    assert tvm_driver._uncropped_transpose_conv(_transpose_conv(2, 1), 0) is None  # the seed case's own
+
+
 def test_an_if_output_of_the_branchs_shape(driver):
     model = dynamic_if_model()
     prepared = driver.prepare_model(model)

@@ -318,7 +318,7 @@ class TVMDriver(CompiledDriver):
         if model.main.operations[index].type is OperationType.WHILE:
             return ("TVM's Relax ONNX frontend has no Loop converter, and a compiled loop cannot be "
                     "stopped at the loop timeout")
-        return exported_operation(model, index, unroll_rnn=True)[0]
+        return _uncropped_transpose_conv(model, index) or exported_operation(model, index, unroll_rnn=True)[0]
 
     def translate(self, model: Model) -> bytes:
         """The ONNX export with every recurrent cell unrolled: the frontend has no RNN."""
@@ -419,6 +419,36 @@ class TVMDriver(CompiledDriver):
         """Without a toolchain: the ONNX bytes compiled and run in memory."""
         return _on_tvm_thread(self.threads, lambda: TVMExecutable(self._tvm, self._compiled(content),
                                                                   self.threads))
+
+
+def _uncropped_transpose_conv(model: Model, index: int) -> str | None:
+    """TVM computes a ConvTranspose's whole output, (input - 1) x stride + filter along each
+    spatial axis, before it removes the padding: memory and time in proportion to the stride
+    even where the padding leaves a few columns (the tvm prepare_model campaign's
+    TRANSPOSE_CONV_2D of stride 7.7e8 and input width 4, padded down to an output of 6: 37 GB,
+    which hung the support probe; onnxruntime runs it in constant memory). Declined where that
+    whole output would not fit the support probe's sample data (the output itself is checked by
+    the probe)."""
+    from nncert.drivers.probe import SAMPLE_OPERAND_BYTES
+
+    op = model.main.operations[index]
+    if op.type is not OperationType.TRANSPOSE_CONV_2D or len(op.inputs) not in (9, 11):
+        return None
+    operands = model.main.operands
+    data, weights = (operands[i] for i in op.inputs[:2])
+    values = [model.constant_value(operands[i]) for i in op.inputs[-4:-2] + op.inputs[-1:]]
+    if any(v is None for v in values) or len(data.dimensions) != 4 or len(weights.dimensions) != 4:
+        return None  # strides or layout known only at run time: the probe decides
+    stride_w, stride_h, nchw = (int(v) for v in values)
+    n, h, w = (data.dimensions[k] for k in ((0, 2, 3) if nchw else (0, 1, 2)))
+    depth_out, filter_h, filter_w = weights.dimensions[:3]
+    full_h, full_w = (max(h - 1, 0) * stride_h + filter_h, max(w - 1, 0) * stride_w + filter_w)
+    size = 4 * n * depth_out * full_h * full_w
+    if size <= SAMPLE_OPERAND_BYTES:
+        return None
+    return (f"TVM computes a transposed convolution's whole output, (input - 1) x stride + filter per "
+            f"axis ({full_h} x {full_w} here), before it removes the padding: {size} bytes, more than the "
+            f"{SAMPLE_OPERAND_BYTES >> 20} MiB of sample data the support probe runs an operation on")
 
 
 def _host_fingerprint(cpu: str) -> str:
