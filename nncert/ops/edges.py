@@ -219,7 +219,39 @@ def _items(s: SampleContext, name: str) -> list:
     return [i for i in items if not i.omitted and i.dims is not None]
 
 
+def _one_quant_input(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    """Element-wise records of one 8-bit quantised tensor input (activations, DEQUANTIZE, CAST,
+    RSQRT): a kernel of 256 entries at most, often a lookup table."""
+    return (record.dequantize and len(sig.inputs) == 1 and len(sig.outputs) == 1
+            and sig.inputs[0].resolve(var_.types) in _EIGHT_BIT
+            and sig.inputs[0].domain in (None, "positive", "nonzero"))
+
+
+def _every_raw_value(s: SampleContext) -> None:
+    """The input holds each value of its type once, in order, along its last axis: its zero
+    point in the middle (at the bottom for a positive domain, so all but one are in it; a
+    nonzero domain leaves out the zero point), so that both sides of zero reach as far as
+    the scale the record drew for its function's interesting range."""
+    arg = s.signature.inputs[0]
+    t = s.type(arg.name)
+    lo, hi = t.quant_range
+    for item in _items(s, arg.name):
+        if _asymm(t):
+            item.zero_point = lo if arg.domain == "positive" else (lo + hi + 1) // 2
+        raw = np.arange(lo, hi + 1)
+        if arg.domain == "positive":
+            raw = raw[raw > item.zero_point]
+        elif arg.domain == "nonzero":
+            raw = raw[raw != item.zero_point]
+        item.dims = (*(1 for _ in item.dims[:-1]), raw.size)
+        item.value = raw.reshape(item.dims)
+
+
 QUANT = (
+    Edge("quant_every_value", "quant",
+         "the one 8-bit input holds each of its type's values once, at the case's scale and zero "
+         "point: a table-driven kernel checked entry by entry",
+         applies=_one_quant_input, adjust=_every_raw_value),
     Edge("quant_zero_point_min", "quant",
          "every 8-bit asymmetric input and free output with its zero point at the type's minimum",
          applies=_quant_applies("min"), adjust=_zero_points("min"), output_quant="zero_point_min"),

@@ -161,6 +161,20 @@ _TINY_INPUT_SCALE = edges.Edge(
     "input_scale_1e_8", "quant", "a quantised input of scale 1e-8: every probability equal",
     applies=lambda record, sig, var_: var_.primary.is_quant, adjust=_input_scale_1e_8)
 
+def _large_logits(s: SampleContext) -> None:
+    item = s.inputs["input"]
+    item.value = s.draw.array(item.dims, 80.0, 120.0)
+    s.scalar("beta", 1.0)
+
+
+# SOFTMAX's and LOG_SOFTMAX's own edge: inputs whose exponentials overflow float32 (past
+# 88.7) and float16 (past 11.1), so a kernel must subtract the maximum first (as every
+# numerically sound one does); the results themselves are ordinary.
+_LARGE_LOGITS = edges.Edge(
+    "large_logits", "own", "float inputs of 80..120 at beta 1: exp overflows unless the maximum "
+    "is subtracted first", applies=lambda record, sig, var_: not var_.primary.is_quant,
+    adjust=_large_logits)
+
 _LONG_SOFTMAX = edges.long_reduction(_long_softmax_sample,
                                      f"two rows of {LONG_AXIS}, the sum of exponentials mostly small terms")
 _AXIS_OF_1 = edges.axis_of_1("axis")
@@ -172,7 +186,7 @@ _SOFTMAX = OpRecord(
     by_version({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,)}),
     _softmax, same_shape, _softmax_sampler(_SOFTMAX_RANKS_1_0, axis_optional=True),
     criterion="relaxed", check=_check(positive=("beta",)),
-    edges=(_AXIS_OF_1, _LONG_SOFTMAX, _TINY_INPUT_SCALE),
+    edges=(_AXIS_OF_1, _LONG_SOFTMAX, _TINY_INPUT_SCALE, _LARGE_LOGITS),
     doc="exp(beta * x) / sum(exp(beta * x)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_SOFTMAX_RANKS_1_0),
 )
@@ -183,7 +197,7 @@ _LOG_SOFTMAX = OpRecord(
                outputs=(Arg("output"),)),),
     by_version({Version.V1_2: (_F32, _F16)}),
     _log_softmax, same_shape, _softmax_sampler(None, axis_optional=False),
-    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX),
+    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX, _LARGE_LOGITS),
     doc="beta * x - log(sum(exp(beta * x))) over the 1-D slices of input along axis",
 )
 

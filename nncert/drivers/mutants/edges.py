@@ -284,6 +284,39 @@ class L2ZeroSliceNaN(MutantDriver):
         return [y.astype(results[0].dtype)]
 
 
+class EarlySaturatingTable(MutantDriver):
+    """Quantised TANH and LOGISTIC look their outputs up in a table whose top entries saturate
+    early: any output of 250 or more (of the uint8 type's 255) comes out as 255. Only inputs in
+    a narrow band (tanh 0.95..0.99) reach them, which a handful of drawn values seldom do."""
+
+    name = "early_saturating_table"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.TANH, Op.LOGISTIC) or outputs[0].type is not T.TENSOR_QUANT8_ASYMM:
+            return results
+        return [np.where(results[0] >= 250, 255, results[0]).astype(results[0].dtype)]
+
+
+class UnshiftedSoftmax(MutantDriver):
+    """Float SOFTMAX and LOG_SOFTMAX exponentiate beta * x as it is, without subtracting the
+    slice's maximum first: right for ordinary inputs, inf / inf = NaN once exp overflows
+    (past 88.7 in float32)."""
+
+    name = "unshifted_softmax"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.SOFTMAX, Op.LOG_SOFTMAX) or outputs[0].type.is_quant:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        x = np.asarray(inputs[0], np.float32) * np.float32(inst.scalar("beta"))
+        axis = normalize_axis(int(inst.scalar("axis", -1)), x.ndim, "axis")
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            e = np.exp(x)
+            y = e / np.sum(e, axis=axis, keepdims=True)
+            y = y if op.type is Op.SOFTMAX else np.log(y)
+        return [y.astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -305,4 +338,8 @@ MUTANT_INFO = (
     MutantInfo(SamePaddingAtStrideOne, "ACC-6", suite="test_operations.py",
                args=("-k", "edge_window_stride_over_filter and implicit")),
     MutantInfo(L2ZeroSliceNaN, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_slice and sync")),
+    MutantInfo(EarlySaturatingTable, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_every_value and sync")),
+    MutantInfo(UnshiftedSoftmax, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_large_logits and sync")),
 )
