@@ -213,28 +213,20 @@ def _new_operand(m: Model, lifetime: OperandLifeTime) -> int:
 # Model mutations
 
 
-def model_mutations(model: Model) -> Iterator[tuple[str, Model]]:
-    """Every VTS mutation of ``model`` (assumed valid) that makes it invalid."""
-    consumers = _consumers(model)
-    yield from _execution_order(model, consumers)
-    yield from _operand_type(model)
-    yield from _operand_rank(model)
-    yield from _operand_scale(model)
-    yield from _operand_zero_point(model)
-    yield from _operand_lifetime(model)
-    yield from _operand_input_output(model)
-    yield from _add_writer(model)
-    yield from _operation_operand_type(model)
-    yield from _operation_type(model)
-    yield from _operation_index(model)
-    yield from _remove_write(model, consumers)
-    yield from _remove_operand(model, consumers)
-    yield from _remove_operation(model)
-    yield from _remove_operation_input(model)
-    yield from _remove_operation_output(model)
-    yield from _add_operation_input(model)
-    yield from _add_operation_output(model)
-    yield from _cycle(model)
+def model_mutations(model: Model, kind: str | None = None) -> Iterator[tuple[str, Model]]:
+    """Every VTS mutation of ``model`` (assumed valid) that makes it invalid; with ``kind`` (one
+    of KINDS), only the mutations of that kind (``kind_of``), made by its generator alone (a
+    suite's test of one kind need not build every other kind's models)."""
+    consumers: list[int] | None = None
+    for prefixes, generate, needs_consumers in _GENERATORS:
+        if kind is not None and kind not in prefixes:
+            continue
+        if needs_consumers and consumers is None:
+            consumers = _consumers(model)
+        made = generate(model, consumers) if needs_consumers else generate(model)
+        for label, m in made:
+            if kind is None or kind_of(label) == kind:
+                yield label, m
 
 
 def _execution_order(model: Model, consumers: list[int]) -> Iterator[tuple[str, Model]]:
@@ -541,6 +533,31 @@ def _cycle(model: Model) -> Iterator[tuple[str, Model]]:
             m.main.operations[a].inputs[j] = k
             via = "itself" if b == a else f"operation {b}"
             yield f"cycle[operation {a} input {j} reads operand {k} of {via}]", m
+
+
+#: (the label prefixes a generator makes, the generator, whether it takes the consumer counts),
+#: in the order model_mutations yields them.
+_GENERATORS = (
+    (("execution_order",), _execution_order, True),
+    (("operand_type",), _operand_type, False),
+    (("operand_rank",), _operand_rank, False),
+    (("operand_scale",), _operand_scale, False),
+    (("operand_zero_point",), _operand_zero_point, False),
+    (("operand_lifetime",), _operand_lifetime, False),
+    (("operand_input_output",), _operand_input_output, False),
+    (("add_writer",), _add_writer, False),
+    (("operation_operand_type",), _operation_operand_type, False),
+    (("operation_type",), _operation_type, False),
+    (("operation_input_index", "operation_output_index"), _operation_index, False),
+    (("remove_write",), _remove_write, True),
+    (("remove_operand",), _remove_operand, True),
+    (("remove_operation",), _remove_operation, False),
+    (("remove_operation_input",), _remove_operation_input, False),
+    (("remove_operation_output",), _remove_operation_output, False),
+    (("add_operation_input",), _add_operation_input, False),
+    (("add_operation_output",), _add_operation_output, False),
+    (("cycle",), _cycle, False),
+)
 
 
 # ---------------------------------------------------------------------------------------
