@@ -4,6 +4,11 @@ Every mutation kind of the notes on VAL-1 (docs/requirements.md) is applied to a
 single-operation model of every catalogue operation; ``supported_operations`` and
 ``prepare_model`` must both reject the result with INVALID_ARGUMENT.
 
+Parameter values (VAL-1, the CTS's expected-failure cases): every constant parameter of the
+same models set to each value its operation's rules reject (``parameter_mutations``: a stride
+of 0, an axis out of range, a negative padding, a beta that is not positive, NaN); the driver
+may refuse it at supported_operations, prepare_model or execution, but never run it.
+
 Requests (VAL-1, VAL-2): every request mutation (``request_mutations``: an argument removed,
 a location outside its pool or naming no pool, a length that is not the operand's, dimensions
 that conflict with the model's or have another rank, a required input given no value, a pool
@@ -22,7 +27,7 @@ import numpy as np
 import pytest
 
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
-from nncert.hal.errors import HalError
+from nncert.hal.errors import DriverFault, HalError
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.ops import records
@@ -43,6 +48,7 @@ from nncert.testing.mutations import (
     bad_preferences,
     bad_priorities,
     model_mutations,
+    parameter_mutations,
     pool_bytes,
     request_mutations,
     stray_writes,
@@ -103,6 +109,42 @@ def test_mutated_model_is_rejected(driver, key, kind):
     for label, mutated in _mutations(model, kind):
         expect_invalid(lambda m=mutated: driver.supported_operations(m), f"supported_operations ({label})")
         expect_invalid(lambda m=mutated: driver.prepare_model(m), f"prepare_model ({label})")
+
+
+# --- parameter values (VAL-1; the CTS's expected-failure cases)
+
+
+def _parameter_params() -> list:
+    return [pytest.param(key, id=f"{key[0].name}-{key[2].label}") for key in _valid_keys()
+            if next(parameter_mutations(_case(key).model()[0]), None) is not None]
+
+
+def _ran(driver, model: Model, feeds, expected) -> bool:
+    """Whether the driver ran ``model`` to the end as if it were valid: it claimed every
+    operation, prepared it and executed it without an error."""
+    try:
+        if not all(driver.supported_operations(model)):
+            return False
+        request = build_request(model, feeds, [tuple(e.shape) for e in expected])
+        driver.prepare_model(model).execute_synchronously(request)
+    except DriverFault:
+        raise
+    except HalError:
+        return False
+    return True
+
+
+@pytest.mark.req("VAL-1")
+@pytest.mark.parametrize("key", _parameter_params())
+def test_invalid_parameter_value_never_runs(driver, key):
+    """Each constant parameter set to a value the operation's rules reject (a stride of 0, an
+    axis out of range, a negative padding, a beta that is not positive: mutations.parameter_
+    mutations): the driver may refuse it at supported_operations, prepare_model or execution,
+    as NNAPI allows, but never run it as though it were valid."""
+    case = _case(key)
+    model, feeds = case.model()
+    ran = [label for label, m in parameter_mutations(model) if _ran(driver, m, feeds, case.expected)]
+    _report("VAL-1", "an invalid parameter value ran as though valid", ran)
 
 
 # --- requests (VAL-1, VAL-2)

@@ -561,6 +561,67 @@ _GENERATORS = (
 
 
 # ---------------------------------------------------------------------------------------
+# Parameter values (VAL-1: what the CTS's expected-failure tests cover)
+
+_PARAMETER_DTYPES = {T.INT32: np.int32, T.FLOAT32: np.float32, T.FLOAT16: np.float16,
+                     T.TENSOR_INT32: np.int32}
+#: A constant INT32 tensor parameter is mutated element by element up to this size (paddings,
+#: axes, permutations, block sizes, shapes); a longer one is data, not a parameter.
+_PARAMETER_ELEMENTS = 16
+
+
+def _parameter_values(t: OperandType, rank: int) -> tuple:
+    """What a parameter may be set to: zero and negative counts, axes just outside
+    [-rank, rank), the integer extremes; for floats zero, negative, NaN and infinity."""
+    if t in (T.INT32, T.TENSOR_INT32):
+        return 0, -1, rank, -rank - 1, 2**31 - 1, -2**31
+    return 0.0, -1.0, float("nan"), float("inf")
+
+
+def parameter_mutations(model: Model) -> Iterator[tuple[str, Model]]:
+    """``model`` (valid) with one constant parameter of an operation (a scalar, or an element of a
+    short INT32 tensor: paddings, axes, a permutation, a shape) set to a value the catalogue's
+    rules reject: a stride or block size of 0, an axis out of range, a negative padding, a beta
+    that is not positive, a NaN threshold. The validity of each is the reference validator's
+    (``validate_model``), so only invalid ones are made. NNAPI does not require every one of
+    them to be caught at validation: a driver may equally fail at preparation or execution,
+    but never run the model as if it were valid."""
+    from nncert.hal.errors import ValidationError
+    from nncert.hal.validation import validate_model
+
+    sg = model.main
+    for n, op in enumerate(sg.operations):
+        first = sg.operands[op.inputs[0]] if op.inputs else None
+        rank = len(first.dimensions) if first is not None and first.dimensions else 4
+        for position, k in enumerate(op.inputs):
+            o = sg.operands[k]
+            if o.lifetime is not L.CONSTANT_COPY or o.type not in _PARAMETER_DTYPES:
+                continue
+            loc = o.location
+            value = np.frombuffer(bytes(model.operand_values[loc.offset:loc.offset + loc.length]),
+                                  _PARAMETER_DTYPES[o.type]).copy()
+            if not 0 < value.size <= _PARAMETER_ELEMENTS:
+                continue
+            for element in range(value.size):
+                for v in _parameter_values(o.type, rank):
+                    new = value.copy()
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        new[element] = v
+                    if new.tobytes() == value.tobytes():
+                        continue
+                    m = model.copy()
+                    data = bytes(m.operand_values)
+                    data += bytes(-len(data) % 8)
+                    m = dataclasses.replace(m, operand_values=data + new.tobytes())
+                    m.main.operands[k].location = DataLocation(0, len(data), new.nbytes)
+                    try:
+                        validate_model(m)
+                    except ValidationError:
+                        where = f"[{element}]" if o.type is T.TENSOR_INT32 else ""
+                        yield f"operation {n} ({op.type.name}) input {position}{where} = {v!r}", m
+
+
+# ---------------------------------------------------------------------------------------
 # Request mutations (VAL-1, VAL-2)
 #
 # Each is invalid under validate_request's rules (as Android's validateRequest): a location
