@@ -74,6 +74,13 @@ def test_operation_all_tensors_as_inputs(driver, key):
     run_case(driver, sample_case(*key), "all_tensors_as_inputs")
 
 
+@pytest.mark.parametrize("key", _params(_supporting("output_consumed")))
+def test_operation_output_consumed(driver, key):
+    """Each output of the operation is a model output and read by another operation too (NNAPI
+    allows it; a driver that fuses the two must still produce the first's value)."""
+    run_case(driver, sample_case(*key), "output_consumed")
+
+
 @pytest.mark.req("EXE-4", "EXE-6", "DRV-3")
 @pytest.mark.parametrize("key", _params(_supporting("dynamic_output")))
 def test_operation_dynamic_output_shape(driver, key):

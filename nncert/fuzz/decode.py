@@ -202,7 +202,7 @@ def seed_case(index: int) -> SeedCase:
     if index != base and not case.supports(key.variation):
         return seed_case(base)  # (the same model sample_case would build again)
     model, feeds = case.model(key.variation)
-    return SeedCase(key, model, feeds, [tuple(e.shape) for e in case.expected])
+    return SeedCase(key, model, feeds, [tuple(e.shape) for e in case.variation_expected(key.variation)])
 
 
 def supported(index: int) -> bool:

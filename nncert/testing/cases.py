@@ -39,7 +39,8 @@ from nncert.ops.evaluate import TO_NCHW, bind, evaluate, evaluate_real, instance
 T = OperandType
 
 #: The model variations CTS generates for each example (ACC-6 in docs/requirements.md).
-VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output")
+VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output",
+              "output_consumed")
 
 
 @dataclass
@@ -129,8 +130,21 @@ class OpCase:
             dims = tuple(0 for _ in o.dimensions) if variation == "dynamic_output" else o.dimensions
             outs.append(b.operand(o.type, dims, o.scale, o.zero_point))
         b.operation(self.record.type, op_inputs, outs)
-        model = b.build(model_inputs, outs, relax=variation == "relaxed")
+        model_outputs = list(outs)
+        if variation == "output_consumed":  # each output read again by ADD(output, 0), a second output
+            for idx, o in zip(outs, self.outputs, strict=True):
+                zero = quantize(np.zeros(1), o) if o.type.is_quant else np.zeros(1, dtype_of(o.type))
+                copy = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
+                b.operation(OperationType.ADD, [idx, b.constant(o.type, zero, o.scale, o.zero_point),
+                                                b.constant(T.INT32, 0)], [copy])
+                model_outputs.append(copy)
+        model = b.build(model_inputs, model_outputs, relax=variation == "relaxed")
         return model, feeds
+
+    def variation_expected(self, variation: str) -> list[np.ndarray]:
+        """The golden outputs of the case's model in ``variation``: the case's, twice for
+        ``output_consumed`` (each output, then its copy read back by ADD)."""
+        return [*self.expected, *self.expected] if variation == "output_consumed" else list(self.expected)
 
     def supports(self, variation: str) -> bool:
         """Whether ``variation`` makes sense for this case (CTS applies each selectively)."""
@@ -145,6 +159,9 @@ class OpCase:
             return any(ci.const for ci in tensors)
         if variation == "dynamic_output":
             return all(o.dimensions for o in self.outputs)
+        if variation == "output_consumed":
+            return all(o.type in _ADD_TYPES and 1 <= len(o.dimensions) <= 4 and all(o.dimensions)
+                       for o in self.outputs)  # ADD's types and ranks
         return True
 
     def variation_version(self, variation: str) -> Version:
@@ -156,6 +173,8 @@ class OpCase:
         if variation == "inputs_as_internal":
             v = max([v] + [_ADD_TYPES[ci.operand.type] for ci in self.inputs
                            if ci.operand is not None and ci.operand.type.is_tensor and not ci.const])
+        if variation == "output_consumed":
+            v = max([v] + [_ADD_TYPES[o.type] for o in self.outputs])
         return v
 
 
