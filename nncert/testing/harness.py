@@ -406,13 +406,28 @@ def run_state_chain(driver: Driver, case: OpCase, path: str = "sync") -> None:
 
 
 def three_way(model: Model, feeds: Sequence[np.ndarray], expected: Sequence[np.ndarray],
-              actual: Sequence[np.ndarray] | None, relaxed: bool = False) -> str:
+              actual: Sequence[np.ndarray] | None, relaxed: bool = False,
+              agree: Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], bool] | None = None) -> str:
     """The line of the N-way verdict for a failing case (saying it was not triaged once the
-    session's triage budget is spent), or "" (triage off)."""
+    session's triage budget is spent), or "" (triage off). ``agree``: whether two sets of
+    outputs agree (default: within the tolerances of ACC-1..4)."""
     if triage.ACTIVE is None:
         return ""
-    verdict = triage.ACTIVE.verdict(model, feeds, expected, actual, relaxed)
+    verdict = triage.ACTIVE.verdict(model, feeds, expected, actual, relaxed, agree)
     return "" if verdict is None else f"\n{verdict.summary}"
+
+
+def _case_agreement(case: OpCase, relaxed: bool
+                    ) -> Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], bool] | None:
+    """How the N-way verdict compares two sets of a case's outputs when its record judges
+    them by a criterion of its own (random samples, boxes after suppression); None: by the
+    tolerances. A variation's model may repeat the case's outputs (``output_consumed``):
+    each repetition is judged."""
+    if case.record.compare is None:
+        return None
+    n, ctx = len(case.expected), context_for(case)
+    return lambda one, other: all(not case.record.compare(ctx, list(one[k:k + n]), list(other[k:k + n]),
+                                                          relaxed) for k in range(0, len(one), n))
 
 
 def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = "sync",
@@ -423,7 +438,9 @@ def run_case(driver: Driver, case: OpCase, variation: str = "base", path: str = 
         reason = check_case(driver, case, variation, path, pool_kind)
     except CaseError as e:
         model, feeds = case.model(variation)
-        expected = case.variation_expected(variation)
-        pytest.fail(f"{e}{three_way(model, feeds, expected, e.outputs, variation == 'relaxed')}")
+        relaxed = variation == "relaxed"
+        verdict = three_way(model, feeds, case.variation_expected(variation), e.outputs, relaxed,
+                            _case_agreement(case, relaxed))
+        pytest.fail(f"{e}{verdict}")
     if reason:
         decline(reason)
