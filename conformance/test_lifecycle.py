@@ -89,6 +89,24 @@ def _same_queries(first: dict[str, object], now: dict[str, object], when: str) -
 
 
 @pytest.mark.req("DRV-1")
+def test_capabilities_are_valid(driver):
+    """NNAPI's capability validation: every performance figure (per operand type, relaxed
+    float32 scalar and tensor, IF, WHILE) has an execution time and a power usage above 0
+    (NaN is not), and the per-type table is keyed by operand types."""
+    caps = driver.capabilities()
+    figures = {"relaxed float32 scalar": caps.relaxed_float32_to_float16_performance_scalar,
+               "relaxed float32 tensor": caps.relaxed_float32_to_float16_performance_tensor,
+               "IF": caps.if_performance, "WHILE": caps.while_performance,
+               **{f"operand type {getattr(t, 'name', t)}": p for t, p in caps.operand_performance.items()}}
+    bad = [f"{name}: exec_time {p.exec_time!r}, power_usage {p.power_usage!r}" for name, p in figures.items()
+           if not (p.exec_time > 0 and p.power_usage > 0)]
+    bad += [f"{t!r} is no operand type" for t in caps.operand_performance if not isinstance(t, OperandType)]
+    if bad:
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        pytest.fail(f"DRV-1: capabilities() reports invalid performance: {'; '.join(bad[:5])}{more}")
+
+
+@pytest.mark.req("DRV-1")
 def test_device_queries_are_stable(driver):
     first = _queries(driver)
     for _ in range(3):

@@ -97,8 +97,22 @@ class LazyFirstExecution(MutantDriver):
     prepared_class = Prepared
 
 
+class UnmeasuredPower(MutantDriver):
+    """Measures execution times but not power: every power_usage it reports is 0.0, which
+    NNAPI's capability validation rejects (each figure must be above 0). Its answers are
+    the same every time (DRV-1's stability holds)."""
+
+    name = "unmeasured_power"
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        unmeasured = PerformanceInfo(caps.if_performance.exec_time, 0.0)
+        return dataclasses.replace(caps, if_performance=unmeasured, while_performance=unmeasured)
+
+
 MUTANT_INFO = (
     MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
+    MutantInfo(UnmeasuredPower, "DRV-1", suite="test_lifecycle.py", args=("-k", "capabilities")),
     MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
