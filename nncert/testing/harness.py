@@ -312,10 +312,13 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
         shapes, _ = first.execute(prepared) if path == "sync" else execute(prepared, request, path)
     except HalError as e:
         raise CaseError(f"DRV-2: claimed every operation, then {path} execution failed: {e}") from e
-    if variation == "dynamic_output":
+    if variation == "dynamic_output" or shapes:  # (a fenced run reports none; a static model's may omit them)
         got = [tuple(s.dimensions) for s in shapes]
         if got != expected_dims:
             raise CaseError(f"EXE-4: output shapes reported {got}, expected {expected_dims}")
+        short = [i for i, s in enumerate(shapes) if not s.is_sufficient]
+        if short:
+            raise CaseError(f"EXE-4: a successful run reported output(s) {short} as insufficient")
     actual = read_outputs(model, request, expected_dims)
     if variation == "output_consumed":  # the outputs, then their copies read back by ADD
         n, base = len(case.expected), case.model(pool_kind=pool_kind)[0]

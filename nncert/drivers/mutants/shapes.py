@@ -1,5 +1,6 @@
 """Mutants that get shapes wrong: unknown dimensions at compile time (DRV-3) and at execution
-(EXE-6), and the output shapes of OUTPUT_INSUFFICIENT_SIZE (EXE-5)."""
+(EXE-6), the output shapes of OUTPUT_INSUFFICIENT_SIZE (EXE-5), and those of a successful run
+(EXE-4)."""
 
 from __future__ import annotations
 
@@ -71,10 +72,23 @@ class InsufficientUnmarked(MutantDriver):
     prepared_class = Prepared
 
 
+class InsufficientOnSuccess(MutantDriver):
+    """Marks every output shape it reports as insufficient, whether the run failed or not: the
+    values are right, but a caller trusting the flag takes a successful run for a short buffer."""
+
+    name = "insufficient_on_success"
+
+    def mutate_result(self, model: Model, result: tuple[list[OutputShape], Timing]
+                      ) -> tuple[list[OutputShape], Timing]:
+        shapes, timing = result
+        return [dataclasses.replace(s, is_sufficient=False) for s in shapes], timing
+
+
 MUTANT_INFO = (
     MutantInfo(StaticShapesOnly, "DRV-3", suite="test_execution.py",
                args=("-k", "unknown_dimensions_at_compile_time")),
     MutantInfo(FirstShapesKept, "EXE-6", suite="test_execution.py",
                args=("-k", "unknown_dimensions_at_compile_time")),
     MutantInfo(InsufficientUnmarked, "EXE-5", suite="test_pools.py", args=("-k", "insufficient")),
+    MutantInfo(InsufficientOnSuccess, "EXE-4", suite="test_operations.py", args=("-k", "dynamic_output")),
 )
