@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from nncert.hal.errors import ValidationError
 from nncert.hal.memory import Memory
 from nncert.hal.model import (
     DataLocation,
@@ -38,7 +39,7 @@ from nncert.hal.types import (
     OperationType,
     Priority,
 )
-from nncert.hal.validation import input_may_be_omitted
+from nncert.hal.validation import input_may_be_omitted, validate_model
 from nncert.ops import get
 from nncert.ops.base import ShapeError, match
 
@@ -586,9 +587,6 @@ def parameter_mutations(model: Model) -> Iterator[tuple[str, Model]]:
     (``validate_model``), so only invalid ones are made. NNAPI does not require every one of
     them to be caught at validation: a driver may equally fail at preparation or execution,
     but never run the model as if it were valid."""
-    from nncert.hal.errors import ValidationError
-    from nncert.hal.validation import validate_model
-
     sg = model.main
     for n, op in enumerate(sg.operations):
         first = sg.operands[op.inputs[0]] if op.inputs else None
