@@ -161,6 +161,7 @@ _TINY_INPUT_SCALE = edges.Edge(
     "input_scale_1e_8", "quant", "a quantised input of scale 1e-8: every probability equal",
     applies=lambda record, sig, var_: var_.primary.is_quant, adjust=_input_scale_1e_8)
 
+
 def _large_logits(s: SampleContext) -> None:
     item = s.inputs["input"]
     item.value = s.draw.array(item.dims, 80.0, 120.0)
