@@ -220,8 +220,8 @@ def _items(s: SampleContext, name: str) -> list:
 
 
 def _one_quant_input(record: OpRecord, sig: Signature, var_: Variant) -> bool:
-    """Element-wise records of one 8-bit quantised tensor input (activations, DEQUANTIZE, CAST,
-    RSQRT): a kernel of 256 entries at most, often a lookup table."""
+    """Element-wise records of one 8-bit quantised tensor input that dequantize it (activations,
+    DEQUANTIZE, RSQRT): a kernel of 256 entries at most, often a lookup table."""
     return (record.dequantize and len(sig.inputs) == 1 and len(sig.outputs) == 1
             and sig.inputs[0].resolve(var_.types) in _EIGHT_BIT
             and sig.inputs[0].domain in (None, "positive", "nonzero"))

@@ -46,30 +46,6 @@ from nncert.ops.base import ShapeError, match
 T = OperandType
 L = OperandLifeTime
 
-#: The model mutation kinds, in the order they are produced (the VTS's order).
-KINDS = (
-    "execution_order",
-    "operand_type",
-    "operand_rank",
-    "operand_scale",
-    "operand_zero_point",
-    "operand_lifetime",
-    "operand_input_output",
-    "add_writer",
-    "operation_operand_type",
-    "operation_type",
-    "operation_input_index",
-    "operation_output_index",
-    "remove_write",
-    "remove_operand",
-    "remove_operation",
-    "remove_operation_input",
-    "remove_operation_output",
-    "add_operation_input",
-    "add_operation_output",
-    "cycle",
-)
-
 #: Bytes of guard pattern the suites put around every request argument
 #: (``build_request(guard=GUARD)``): not a multiple of 8, so every argument is unaligned too.
 GUARD = 5
@@ -559,6 +535,9 @@ _GENERATORS = (
     (("add_operation_output",), _add_operation_output, False),
     (("cycle",), _cycle, False),
 )
+
+#: The model mutation kinds, in the order they are produced (the VTS's order).
+KINDS = tuple(prefix for prefixes, _, _ in _GENERATORS for prefix in prefixes)
 
 
 # ---------------------------------------------------------------------------------------
