@@ -4,8 +4,11 @@ The first part is the VTS QualityOfServiceTests: every priority; preparation and
 with a deadline of "now", "unlimited" and "short" (5 ms). Each call returns NONE or, where
 the deadline may be missed ("now", "short"), MISSED_DEADLINE_*; an unlimited one must
 succeed; a prepared model exists if and only if the status is NONE; and nothing hangs. The
-second part is nncert's own, stricter: a deadline that has already passed must be missed,
-and a long execution must stop soon after its deadline, on every path.
+second part is nncert's own, stricter: the model prepared with each priority and each
+execution preference computes as exactly as any other (a hint buys speed or power, never
+precision: ACC-1); a deadline that has already passed must be missed, and a long execution
+must stop soon after its deadline, on every path, the fenced call with nothing to wait for
+(which may run inside the call) among them.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import numpy as np
 import pytest
 
 from nncert.hal.builder import build_request, read_outputs
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model
-from nncert.hal.types import ErrorStatus, Priority
+from nncert.hal.types import ErrorStatus, ExecutionPreference, Priority
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
 from nncert.testing.harness import (
     PATHS,
@@ -27,6 +31,7 @@ from nncert.testing.harness import (
     declined,
     execute,
     prepare_or_skip,
+    run_fenced,
     status_of,
 )
 
@@ -35,6 +40,9 @@ SHORT_NS = 5_000_000  # the VTS's kShortDuration
 UNLIMITED = 2**63 - 1  # steady_clock::time_point::max(), in nanoseconds
 BOUNDS = ("now", "unlimited", "short")
 DIMS = (2, 3)
+#: The paths of the stricter deadline checks: the harness's, and a fenced execution with no
+#: fence to wait for, which a driver may run inside the call (a fast path of its own).
+DEADLINE_PATHS = (*PATHS, "fenced-no-wait")
 
 
 def _deadline(bound: str) -> int:
@@ -58,16 +66,44 @@ def _allowed(bound: str) -> tuple[ErrorStatus, ...]:
     return (ErrorStatus.NONE,) if bound == "unlimited" else (ErrorStatus.NONE, *MISSED)
 
 
-@pytest.mark.req("EXE-10")
-@pytest.mark.parametrize("priority", list(Priority), ids=[p.name for p in Priority])
-def test_prepare_with_every_priority(driver, priority):
+def _run(path: str, prepared, request, **budget) -> None:
+    """``execute`` on ``path``, where "fenced-no-wait" is execute_fenced with no wait-for fence."""
+    if path != "fenced-no-wait":
+        execute(prepared, request, path, **budget)
+        return
+    info = run_fenced(prepared, request, (), **budget)
+    if info.status is not ErrorStatus.NONE:
+        raise HalError(info.status, info.message)
+
+
+def _prepared_runs_exactly(driver, what: str, **hints) -> None:
+    """Prepare the ADD model with ``hints`` (a priority or a preference); it must succeed and
+    its results meet float32's tolerance (ACC-1: relaxed computation is not allowed)."""
     model = add_model(DIMS)
     if declined(driver, model):
         decline(declined(driver, model))
-    status, prepared = _prepare(driver, model, priority=priority)
-    assert status is ErrorStatus.NONE, \
-        f"EXE-10: prepare_model with priority {priority.name} gave {status.name}"
+    status, prepared = _prepare(driver, model, **hints)
+    assert status is ErrorStatus.NONE, f"EXE-10: prepare_model with {what} gave {status.name}"
     assert prepared is not None
+    feeds = _feeds()
+    request = build_request(model, feeds)
+    execute(prepared, request, "sync")
+    try:
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"ACC-1: the model prepared with {what}: {e}")
+
+
+@pytest.mark.req("EXE-10", "ACC-1")
+@pytest.mark.parametrize("priority", list(Priority), ids=[p.name for p in Priority])
+def test_prepare_with_every_priority(driver, priority):
+    _prepared_runs_exactly(driver, f"priority {priority.name}", priority=priority)
+
+
+@pytest.mark.req("EXE-10", "ACC-1")
+@pytest.mark.parametrize("preference", list(ExecutionPreference), ids=[p.name for p in ExecutionPreference])
+def test_prepare_with_every_preference(driver, preference):
+    _prepared_runs_exactly(driver, f"preference {preference.name}", preference=preference)
 
 
 @pytest.mark.req("EXE-10")
@@ -117,14 +153,14 @@ def test_prepare_with_a_past_deadline_is_missed(driver):
 
 
 @pytest.mark.req("EXE-10")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", DEADLINE_PATHS)
 def test_execute_with_a_past_deadline_is_missed(driver, path):
     """As for preparation: a deadline already past when the execution starts must be missed
     (EXE-10), on every path."""
     model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, _feeds())
-    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() - 1_000_000_000))
+    status = status_of(lambda: _run(path, prepared, request, deadline=time.monotonic_ns() - 1_000_000_000))
     assert status in MISSED, f"EXE-10: a {path} execution with a deadline 1 s in the past gave {status.name}"
 
 
@@ -137,7 +173,7 @@ STOPPED_WITHIN_S = 1.0
 
 
 @pytest.mark.req("EXE-10", "EXE-9")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", DEADLINE_PATHS)
 def test_long_execution_stops_at_its_deadline(driver, path):
     """A loop that would run for 2 s (until its loop timeout), given a deadline of 50 ms,
     must come back with MISSED_DEADLINE_* long before: the deadline
@@ -146,8 +182,8 @@ def test_long_execution_stops_at_its_deadline(driver, path):
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, counting_feeds(0, 0, 2**31 - 1))
     started = time.monotonic()
-    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() + DEADLINE_NS,
-                                       loop_timeout=LONG_LOOP_TIMEOUT_NS))
+    status = status_of(lambda: _run(path, prepared, request, deadline=time.monotonic_ns() + DEADLINE_NS,
+                                    loop_timeout=LONG_LOOP_TIMEOUT_NS))
     elapsed = time.monotonic() - started
     assert status in MISSED, f"EXE-10: gave {status.name}, expected MISSED_DEADLINE_*"
     assert elapsed < STOPPED_WITHIN_S, \

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, PreparedModel
+from nncert.drivers.base import Deadline, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ExecutionPreference, MeasureTiming, Priority
@@ -50,7 +50,28 @@ class EndlessWhile(MutantDriver):
     prepared_class = Prepared
 
 
+class FastFenceNoDeadline(MutantDriver):
+    """A fenced execution with no fence to wait for takes a fast path that runs the request
+    inside the call and never looks at its deadline; with fences to wait for, and on every
+    other path, the deadline holds (EXE-10)."""
+
+    name = "fast_fence_no_deadline"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                           measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                           loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                           ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+            if not wait_for:
+                deadline = None
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
+    MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
 )
