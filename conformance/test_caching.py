@@ -192,13 +192,13 @@ def _save(driver: Driver, model: Model, files: CacheFiles, token: bytes, **open_
 
 
 def _from_cache(driver: Driver, files: CacheFiles, token: bytes, advance: int = 0,
-                **open_args) -> tuple[ErrorStatus, PreparedModel | None]:
+                deadline: int | None = None, **open_args) -> tuple[ErrorStatus, PreparedModel | None]:
     """prepareModelFromCache; (status, prepared model), a prepared model iff NONE."""
     with files.open(**open_args) as (model_fds, data_fds):
         for fd in model_fds + data_fds:
             os.lseek(fd, advance, os.SEEK_SET)
         try:
-            prepared = driver.prepare_model_from_cache(None, model_fds, data_fds, token)
+            prepared = driver.prepare_model_from_cache(deadline, model_fds, data_fds, token)
         except HalError as e:
             return e.status, None
     if prepared is None:
@@ -273,6 +273,51 @@ def test_prepare_from_cache_with_wrong_number_of_files(caching_driver, tmp_path,
     for wrong in _wrong_numbers(caching_driver):
         status, _ = _from_cache(caching_driver, files, token, **wrong)
         _refused(status, REFUSED, f"files {wrong}", "CACHE-2")
+
+
+@pytest.mark.req("CACHE-1", "VAL-1")
+def test_token_of_the_wrong_length(caching_driver, tmp_path):
+    """A token is BYTE_SIZE_OF_CACHE_TOKEN (32) bytes; one a byte short or long is invalid.
+    Saving under a 31-byte token prepares the model (and right) but caches nothing, so not even
+    its zero-padded 32-byte form finds a cache; retrieving a saved cache with its token cut
+    short, lengthened or empty is refused with INVALID_ARGUMENT, never served (a driver that
+    pads or truncates tokens to size serves it)."""
+    model = MODELS["float"]()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver, "-short"), _token()
+    prepared = _save(caching_driver, model, files, token[:31])
+    _check_runs(model, prepared, "CACHE-1: prepared with a 31-byte token")
+    status, _ = _from_cache(caching_driver, files, token[:31])
+    _refused(status, (ErrorStatus.INVALID_ARGUMENT,), "a 31-byte token", "VAL-1")
+    status, _ = _from_cache(caching_driver, files, token[:31] + bytes(1))
+    _refused(status, REFUSED, "the zero-padded form of a 31-byte token, under which nothing could be saved",
+             "CACHE-1")
+    files, token = CacheFiles(tmp_path, caching_driver, "-saved"), _token()
+    _save(caching_driver, model, files, token)
+    for bad, what in ((token[:31], "the saved token cut to 31 bytes"),
+                      (token + bytes(1), "the saved token with a 33rd byte"), (b"", "an empty token")):
+        status, _ = _from_cache(caching_driver, files, bad)
+        _refused(status, (ErrorStatus.INVALID_ARGUMENT,), what, "VAL-1")
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: the saved token itself then gave {status.name}"
+    _check_runs(model, cached, "CACHE-1: the model prepared from cache")
+
+
+@pytest.mark.req("EXE-10", "CACHE-1")
+def test_prepare_from_cache_with_a_past_deadline_is_missed(caching_driver, tmp_path):
+    """prepareModelFromCache takes a deadline as prepareModel does (EXE-10): one that passed a
+    second before the call must be missed, MISSED_DEADLINE_* and no prepared model; the same
+    cache then prepares with no deadline."""
+    model = MODELS["float"]()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    _save(caching_driver, model, files, token)
+    status, _ = _from_cache(caching_driver, files, token, deadline=time.monotonic_ns() - 1_000_000_000)
+    _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
+             "a deadline 1 s in the past", "EXE-10")
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: the cache then gave {status.name} with no deadline"
+    _check_runs(model, cached, "CACHE-1: the model prepared from cache")
 
 
 def _one_mode(n: int, i: int, mode: int) -> list[int]:

@@ -113,6 +113,37 @@ class FirstHandlesOnly(MutantDriver):
         return super().prepare_model_from_cache(deadline, *self._trim(model_cache, data_cache), token)
 
 
+class PadsToken(MutantDriver):
+    """Copies the token into a fixed 32-byte array, zero-padded or cut to size, instead of
+    refusing one of another length: a 31-byte token saves and retrieves a cache, a saved
+    token with a byte more or less retrieves it (CACHE-1, VAL-1)."""
+
+    name = "pads_token"
+
+    @staticmethod
+    def _sized(token: bytes | None) -> bytes | None:
+        return None if token is None else bytes(token)[:caching.TOKEN_SIZE].ljust(caching.TOKEN_SIZE, b"\0")
+
+    def save_to_cache(self, prepared: PreparedModel, model_cache: Sequence[int], data_cache: Sequence[int],
+                      token: bytes | None) -> PreparedModel:
+        return super().save_to_cache(prepared, model_cache, data_cache, self._sized(token))
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        return super().prepare_model_from_cache(deadline, model_cache, data_cache, self._sized(token))
+
+
+class CacheIgnoresDeadline(MutantDriver):
+    """Checks the deadline of prepare_model but not of prepare_model_from_cache: a cache hit
+    is served however late it is (EXE-10)."""
+
+    name = "cache_ignores_deadline"
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        return super().prepare_model_from_cache(None, model_cache, data_cache, token)
+
+
 class AssertsDataCache(MutantDriver):
     """Keeps a checksum of each data cache it wrote and asserts it on loading: a tampered data
     cache kills the driver (an assertion) where at worst wrong values are allowed (CACHE-3)."""
@@ -194,4 +225,6 @@ MUTANT_INFO = (
     MutantInfo(AssertsDataCache, "CACHE-3", suite="test_caching.py", args=("-k", "corrupted_data_cache")),
     MutantInfo(AssertsUniqueToken, "CACHE-6", suite="test_caching.py", args=("-k", "collision")),
     MutantInfo(SharedScratch, "CACHE-7", suite="test_caching.py", args=("-k", "concurrent")),
+    MutantInfo(PadsToken, "VAL-1", suite="test_caching.py", args=("-k", "wrong_length")),
+    MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
 )
