@@ -40,8 +40,9 @@ TYPES = {
 SHAPE_PATHS = [p for p in PATHS if p != "fenced"]
 
 
-def _two_output_model(name: str, dims=None) -> Model:
-    """out0 = x + y, out1 = x + x: two inputs and two outputs of one type."""
+def _two_output_model(name: str, dims=None, reverse: bool = False) -> Model:
+    """out0 = x + y, out1 = x + x: two inputs and two outputs of one type; ``reverse``: listed
+    as inputs (y, x) and outputs (out1, out0), against the order of their operand indexes."""
     t, scale, zero_point, shape = TYPES[name]
     dims = shape if dims is None else dims
     b = ModelBuilder()
@@ -50,6 +51,8 @@ def _two_output_model(name: str, dims=None) -> Model:
     out0, out1 = b.operand(t, dims, scale * 2, zero_point), b.operand(t, dims, scale * 2, zero_point)
     b.operation(OperationType.ADD, [x, y, act], [out0])
     b.operation(OperationType.ADD, [x, x, act], [out1])
+    if reverse:
+        return b.build([y, x], [out1, out0])
     return b.build([x, y], [out0, out1])
 
 
@@ -133,6 +136,23 @@ def test_row_major_and_packed_on_every_path(driver, path):
         request, guards = _packed_request(model, feeds)
         execute(prepared, request, path)
         _check_packed(model, request, guards, feeds, f"{path} execution, seed {seed}")
+
+
+@pytest.mark.req("MEM-2", "EXE-2")
+@pytest.mark.parametrize("path", PATHS)
+def test_arguments_follow_the_listed_order(driver, path):
+    """A model that lists its inputs as (y, x) and its outputs as (out1, out0), against the
+    order of their operand indexes: request input i is the model's i-th listed input, output i
+    its i-th listed output, whatever their operand indexes (a driver that binds arguments to
+    the inputs and outputs in operand order swaps them)."""
+    name = "float32"
+    model = _two_output_model(name, reverse=True)
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds(name, 5)
+    request, guards = _packed_request(model, feeds)
+    execute(prepared, request, path)
+    _check_packed(model, request, guards, feeds,
+                  f"{path} execution, inputs listed (y, x), outputs (out1, out0)")
 
 
 # -- constants (MEM-1, MEM-3) ------------------------------------------------------------------

@@ -88,6 +88,47 @@ class InputsAtPoolStart(MutantDriver):
     prepared_class = Prepared
 
 
+def _in_operand_order(arguments: list, indexes: list[int]) -> list:
+    """``arguments`` as a driver binds them that gives the k-th argument to the model input (or
+    output) of the k-th smallest operand index, whatever order the model lists them in."""
+    order = sorted(range(len(indexes)), key=lambda p: indexes[p])
+    rank = {p: r for r, p in enumerate(order)}
+    return [arguments[rank[p]] for p in range(len(indexes))]
+
+
+class InputsInOperandOrder(MutantDriver):
+    """Binds the request's inputs to the model's inputs in the order of their operand indexes,
+    not the order the model lists them in: right for every model built input by input, wrong
+    for one that lists a later operand first (MEM-2)."""
+
+    name = "inputs_in_operand_order"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            inputs = _in_operand_order(request.inputs, self.model.main.input_indexes)
+            return super().execute_synchronously(Request(inputs, request.outputs, request.pools), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+class OutputsInOperandOrder(MutantDriver):
+    """Writes the model's outputs into the request's output arguments in the order of their
+    operand indexes, not the order the model lists them in (MEM-2)."""
+
+    name = "outputs_in_operand_order"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            outputs = _in_operand_order(request.outputs, self.model.main.output_indexes)
+            return super().execute_synchronously(Request(request.inputs, outputs, request.pools), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 def _from_file_start(pool: object) -> object:
     """An mmap_fd pool mapped from the start of its file, as a driver that drops the offset of
     the memory it received does; any other pool as it is."""
@@ -129,5 +170,7 @@ MUTANT_INFO = (
     MutantInfo(PaddedRows, "EXE-2", suite="test_pools.py", args=("-k", "row_major")),
     MutantInfo(ConstantsAtPoolStart, "MEM-1", suite="test_pools.py", args=("-k", "constants")),
     MutantInfo(InputsAtPoolStart, "MEM-2", suite="test_pools.py", args=("-k", "row_major")),
+    MutantInfo(InputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
+    MutantInfo(OutputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
     MutantInfo(MmapFdAtFileStart, "MEM-3", suite="test_pools.py", args=("-k", "mmap_fd and not burst")),
 )
