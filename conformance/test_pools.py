@@ -269,6 +269,34 @@ def test_bursts_of_two_prepared_models(driver):
             pytest.fail(f"BURST-1: turn {turn}: the burst of the {name} model: {e}")
 
 
+@pytest.mark.req("BURST-1", "BURST-2")
+def test_two_bursts_of_one_prepared_model(driver):
+    """Two bursts of ONE prepared model, alive at once, name their own memories by the same
+    slot ids: a slot id means a memory of its burst only, so each run in turn, on either burst
+    (new input bytes in its memories each time), reads its own inputs and writes its own
+    outputs (a driver whose slot cache belongs to the prepared model gives the second burst the
+    first one's memories)."""
+    model = _binary_model(OperationType.ADD)
+    prepared = prepare_or_skip(driver, model)
+    bursts = [prepared.configure_execution_burst() for _ in range(2)]
+    requests: list[Request] = []  # each burst's memories, new input bytes in them each turn
+    rng = np.random.default_rng(10)
+    for turn in range(4):
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(model, [x, y])
+        if turn < 2:
+            requests.append(request)
+        else:
+            requests[turn % 2].pools[0].view()[:] = request.pools[0].view()
+            request = requests[turn % 2]
+        bursts[turn % 2].execute(request, list(range(len(request.pools))))
+        try:
+            check_outputs([x + y], read_outputs(model, request, [(2, 3)]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-1: turn {turn}, burst {turn % 2} of one prepared model (the other burst's "
+                        f"slots of the same ids name other memories): {e}")
+
+
 @pytest.mark.req("BURST-2")
 @pytest.mark.parametrize("kind", KINDS)
 def test_burst_slot_reads_new_contents_of_its_memory(driver, kind):

@@ -1,8 +1,10 @@
-"""Burst mutants (BURST-1, BURST-2): a burst that is not its own prepared model's, and one
-that caches a slot's contents rather than its memory. conformance/test_pools.py catches both."""
+"""Burst mutants (BURST-1, BURST-2): a burst that is not its own prepared model's, one that
+caches a slot's contents rather than its memory, and bursts that share one slot cache.
+conformance/test_pools.py catches them."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 from nncert.drivers.base import Burst, Deadline
@@ -58,7 +60,39 @@ class SlotContentsCached(MutantDriver):
     prepared_class = Prepared
 
 
+class SlotsPerPreparedModel(MutantDriver):
+    """Keeps the slot cache (slot id -> mapped memory) in the prepared model, shared by all its
+    bursts while any of them is alive (emptied when the last one goes): a second live burst's
+    slot 0 is the first burst's memory (BURST-1). One burst at a time is right."""
+
+    name = "slots_per_prepared_model"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model, driver) -> None:
+            super().__init__(model, driver)
+            self.slot_cache: dict = {}
+            self.live_bursts = 0
+
+        def configure_execution_burst(self) -> Burst:
+            burst = Burst(self)
+            if not self.live_bursts:
+                self.slot_cache.clear()
+            self.live_bursts += 1
+            burst.slots = self.slot_cache
+            weakref.finalize(burst, SlotsPerPreparedModel._released, weakref.ref(self))
+            return burst
+
+    @staticmethod
+    def _released(prepared: weakref.ref) -> None:
+        owner = prepared()
+        if owner is not None:
+            owner.live_bursts -= 1
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
+    MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
 )
