@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -60,6 +61,30 @@ class StaleHostCopy(MutantDriver):
     memory_domain = _BufferDomain(_HostMirrorBuffer)
 
 
+class _ByteCountBuffer(DeviceBuffer):
+    def copy_from(self, source: Memory, dimensions: Sequence[int] = ()) -> None:
+        given = tuple(dimensions)
+        if (given and not self.type.is_scalar and len(given) == len(self.dimensions) and 0 not in given
+                and isinstance(source, Memory)
+                and math.prod(given) * self.dtype.itemsize == source.size):
+            # The byte count fits: the buffer keeps (or takes) a shape without a look at the dims.
+            if all(self.dimensions):
+                given = ()
+            else:
+                self.store(bytes(source.view()), given)
+                return
+        super().copy_from(source, given)
+
+
+class ByteCountOnly(MutantDriver):
+    """copy_from checks that the dimensions it is given have the buffer's rank and describe as
+    many bytes as the memory holds, not that they agree with the buffer's: (1, 2, 4, 4) goes
+    into a (1, 4, 4, 2) buffer (MEM-5)."""
+
+    name = "byte_count_only"
+    memory_domain = _BufferDomain(_ByteCountBuffer)
+
+
 class _FirstShapeBuffer(DeviceBuffer):
     def store(self, data: bytes, shape: tuple[int, ...]) -> None:
         super().store(data, shape)
@@ -113,5 +138,6 @@ MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
     MutantInfo(FirstShapeBuffer, "MEM-6", suite="test_memory_domains.py", args=("-k", "dynamic_buffer")),
+    MutantInfo(ByteCountOnly, "MEM-5", suite="test_memory_domains.py", args=("-k", "copy_from_bad_dim")),
     MutantInfo(BusyBuffer, "MEM-7", suite="test_memory_domains.py", args=("-k", "concurrent")),
 )
