@@ -310,6 +310,61 @@ def test_released_models_free_their_resources(driver, tmp_path):
         RELEASED, "; ".join(f"{k} went from {a} to {b} (slack {_slack(k)})" for k, (a, b) in over.items()))
 
 
+#: Rounds of the DRV-5 check of failed calls: each fails two preparations and one execution per
+#: path. A descriptor or thread left behind by a failure shows as FAILED_ROUNDS of them or more,
+#: beyond SLACK.
+FAILED_ROUNDS = 25
+
+
+def _failing_calls(driver: Driver, model: Model, prepared: PreparedModel) -> list[tuple[str, object]]:
+    """(what, call) of calls that must fail: preparing an invalid model (an operation reads an
+    operand that does not exist) and a valid one with a deadline a second past; executing a
+    request whose output buffer is a byte short, on every path."""
+    invalid = model.copy()
+    invalid.main.operations[0].inputs[0] = len(invalid.main.operands) + 5
+    feeds = _add_feeds()
+    calls: list[tuple[str, object]] = [
+        ("prepare_model of an invalid model", lambda: driver.prepare_model(invalid)),
+        ("prepare_model with a past deadline",
+         lambda: driver.prepare_model(model, deadline=time.monotonic_ns() - 1_000_000_000)),
+    ]
+    for path in PATHS:
+        calls.append((f"{path} execution with a too-small output",
+                      lambda p=path: execute(prepared, build_request(model, feeds, output_shrink={0: 1}), p)))
+    return calls
+
+
+@pytest.mark.req("DRV-5")
+def test_failed_calls_free_their_resources(driver):
+    """Calls that fail leave nothing behind either: FAILED_ROUNDS rounds of failed preparations
+    (an invalid model, a missed deadline) and failed executions on every path (a too-small
+    output), each failing as it must; then the process's descriptors, threads and memory, and
+    a hosted driver's, must come back to their level (SLACK), as after released models."""
+    model = add_model()
+    reason = declined(driver, model)
+    if reason:
+        pytest.skip(reason)
+    prepared = prepare_claimed(driver, model)
+    calls = _failing_calls(driver, model, prepared)
+
+    def fail_all() -> None:
+        for what, call in calls:
+            try:
+                call()  # type: ignore[operator]
+            except HalError:
+                continue
+            pytest.fail(f"DRV-5: {what} succeeded; it must fail")
+
+    fail_all()  # what a runtime sets up once for good
+    before = _held(driver)
+    for _ in range(FAILED_ROUNDS):
+        fail_all()
+    over = _excess(before, driver)
+    assert not over, "DRV-5: after {} rounds of failed preparations and executions, {}".format(
+        FAILED_ROUNDS, "; ".join(f"{k} went from {a} to {b} (slack {_slack(k)})"
+                                 for k, (a, b) in over.items()))
+
+
 # -- DRV-6: the first execution ---------------------------------------------------------------
 
 #: DRV-6's bound: the first execution of a freshly prepared model may take FIRST_FACTOR times

@@ -16,10 +16,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Buffer, PreparedModel
+from nncert.drivers.base import Buffer, Deadline, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
-from nncert.hal.model import BufferDesc, BufferRole, Capabilities, Model, PerformanceInfo
-from nncert.hal.types import OperandType
+from nncert.hal.errors import HalError
+from nncert.hal.model import (
+    BufferDesc,
+    BufferRole,
+    Capabilities,
+    Model,
+    OutputShape,
+    PerformanceInfo,
+    Request,
+    Timing,
+)
+from nncert.hal.types import ErrorStatus, MeasureTiming, OperandType
 
 
 class LazyCapabilities(MutantDriver):
@@ -110,10 +120,44 @@ class UnmeasuredPower(MutantDriver):
         return dataclasses.replace(caps, if_performance=unmeasured, while_performance=unmeasured)
 
 
+class LeaksFailedJobs(MutantDriver):
+    """Opens a descriptor for each job (its completion event) and closes it at the end of the
+    job, but the early return that reports OUTPUT_INSUFFICIENT_SIZE skips the cleanup: one
+    descriptor lost per execution failing so, up to ``BOUND`` (DRV-5). Successful and other
+    failed executions lose nothing."""
+
+    name = "leaks_failed_jobs"
+    BOUND = 256
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.lost: list[int] = []
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            event = os.memfd_create("nncert-job-event", os.MFD_CLOEXEC)  # type: ignore[attr-defined]
+            try:
+                result = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError as e:
+                lost = self.driver.lost  # type: ignore[attr-defined]
+                if e.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and len(lost) < LeaksFailedJobs.BOUND:
+                    lost.append(event)
+                    raise
+                os.close(event)
+                raise
+            os.close(event)
+            return result
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
     MutantInfo(UnmeasuredPower, "DRV-1", suite="test_lifecycle.py", args=("-k", "capabilities")),
     MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
+    MutantInfo(LeaksFailedJobs, "DRV-5", suite="test_lifecycle.py", args=("-k", "failed_calls")),
 )
