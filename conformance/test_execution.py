@@ -21,6 +21,7 @@ from nncert.testing.harness import (
     PATHS,
     check_outputs,
     execute,
+    expect_invalid,
     fenced_info,
     prepare_or_skip,
     run_case,
@@ -451,11 +452,15 @@ def test_unknown_dimensions_at_compile_time(driver):
 
 
 @pytest.mark.req("EXE-6", "VAL-1")
-def test_input_without_shape_at_execution_is_invalid(driver):
+@pytest.mark.parametrize("rows", [1, 2])
+def test_input_without_shape_at_execution_is_invalid(driver, rows):
+    """An input of unknown dimensions given none by the request: invalid, even when its buffer
+    holds exactly one row (a driver that takes an unknown dimension for 1 runs that one)."""
     model = _add_chain((0, 3), (0, 0))
     prepared = prepare_or_skip(driver, model)
-    request = build_request(model, [np.zeros((2, 3), np.float32)] * 2, [(2, 3)])
+    request = build_request(model, [np.zeros((rows, 3), np.float32)] * 2, [(rows, 3)])
     request.inputs[0].dimensions = ()
-    with pytest.raises(HalError) as info:
-        execute(prepared, request, "sync")
-    assert info.value.status is ErrorStatus.INVALID_ARGUMENT
+    expect_invalid(lambda: execute(prepared, request, "sync"),
+                   f"an execution whose input of dimensions (0, 3) is given none ({rows} row(s) in its "
+                   f"buffer)",
+                   "EXE-6")

@@ -117,6 +117,31 @@ class IgnoresRequestDimensions(MutantDriver):
     prepared_class = Prepared
 
 
+class UnknownDimensionsAsOne(MutantDriver):
+    """Takes every unknown dimension of an input the request gives no dimensions for as 1 (a
+    converter's batch-of-one default) instead of refusing the request: an input of dimensions
+    (0, 3) given none runs as (1, 3) when its buffer holds one row (EXE-6)."""
+
+    name = "unknown_dimensions_as_one"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            model = self.model
+
+            def default_ones(kind: str, i: int, a: RequestArgument) -> None:
+                operand = _operand(model, kind, i)
+                if kind == "input" and not a.dimensions and operand.dimensions \
+                        and not operand.fully_specified:
+                    a.dimensions = tuple(d or 1 for d in operand.dimensions)
+
+            return super().execute_synchronously(_with_arguments(request, default_ones), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class ValidatesSyncOnly(MutantDriver):
     """Validates requests on the synchronous path only: the asynchronous, fenced and burst
     paths, written for speed, check only that the request has as many inputs and outputs as
@@ -224,4 +249,5 @@ MUTANT_INFO = (
     MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(UnknownDimensionsAsOne, "EXE-6", suite="test_execution.py", args=("-k", "without_shape")),
 )
