@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from nncert.drivers.base import Deadline, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nncert.ops.interpreter import current_budget, execution_budget
 
 
@@ -70,8 +72,40 @@ class FastFenceNoDeadline(MutantDriver):
     prepared_class = Prepared
 
 
+def _wall_clock_check(deadline: Deadline, what: str) -> None:
+    if deadline is not None and time.time_ns() >= deadline:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {what}")
+
+
+class WallClockDeadlines(MutantDriver):
+    """Compares deadlines, which are time points of the monotonic clock, with the wall clock
+    (CLOCK_REALTIME): every finite deadline looks decades past, so every preparation and
+    execution given one is refused with MISSED_DEADLINE_TRANSIENT; an unlimited one, or none,
+    works (EXE-10)."""
+
+    name = "wall_clock_deadlines"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            _wall_clock_check(deadline, "execution")
+            return super().execute_synchronously(request, measure, None, loop_timeout)
+
+    prepared_class = Prepared
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        _wall_clock_check(deadline, "preparation")
+        return super().prepare_model(model, preference, priority, None, model_cache, data_cache, token)
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
     MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
+    MutantInfo(WallClockDeadlines, "EXE-10", suite="test_qos.py", args=("-k", "generous")),
 )
