@@ -57,6 +57,22 @@ def test_if_runs_the_selected_branch(driver, path, condition):
     check_outputs([if_golden(condition, a, b)], actual, model)
 
 
+@pytest.mark.req("EXE-9")
+@pytest.mark.parametrize("condition", [True, False], ids=["then", "else"])
+def test_if_branch_inputs_listed_against_their_indexes(driver, condition):
+    """Branches that list their inputs (a, b) against the order of their operand indexes: the
+    IF's k-th data input is the branch's k-th listed input, so the else branch still computes
+    a - b (a driver that passes them in operand order computes b - a)."""
+    model = if_model(listed_against_indexes=True)
+    rng = np.random.default_rng(2 + int(condition))
+    a, b = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    _, actual = _run(driver, model, [np.array([condition]), a, b], "sync")
+    try:
+        check_outputs([if_golden(condition, a, b)], actual, model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"EXE-9: an IF whose branches list their inputs against their operand indexes: {e}")
+
+
 @pytest.mark.req("EXE-9", "EXE-3")
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(("start", "bound"), [(0, 10), (3, 4), (5, 5), (7, 2)],

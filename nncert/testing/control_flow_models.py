@@ -25,11 +25,15 @@ def _add(b: ModelBuilder, op: OperationType, x: int, y: int, type_: OperandType 
     return out
 
 
-def if_model(dims: tuple[int, ...] = (2, 3)) -> Model:
-    """IF(c, then: a + b, else: a - b) over TENSOR_FLOAT32 ``dims``; inputs c, a, b."""
+def if_model(dims: tuple[int, ...] = (2, 3), listed_against_indexes: bool = False) -> Model:
+    """IF(c, then: a + b, else: a - b) over TENSOR_FLOAT32 ``dims``; inputs c, a, b.
+    ``listed_against_indexes``: each branch makes operand b before a, so that it lists its
+    inputs (a, b) against the order of their operand indexes."""
     def branch(op: OperationType) -> tuple[ModelBuilder, list[int], list[int]]:
         s = ModelBuilder()
         a, b = s.operand(T.TENSOR_FLOAT32, dims), s.operand(T.TENSOR_FLOAT32, dims)
+        if listed_against_indexes:
+            a, b = b, a
         return s, [a, b], [_add(s, op, a, b, T.TENSOR_FLOAT32, dims)]
 
     m = ModelBuilder()
