@@ -214,11 +214,18 @@ def _report(requirement: str, what: str, problems: list[str]) -> None:
 @pytest.mark.parametrize("path", REQUEST_PATHS)
 @pytest.mark.parametrize("key", _request_params())
 def test_mutated_request_is_rejected(driver, key, path):
-    """Every request mutation gets INVALID_ARGUMENT, and no byte of any pool is written."""
+    """Every request mutation gets INVALID_ARGUMENT, and no byte of any pool is written. The
+    valid request runs first, on the same path and over the same pools as the mutations: what
+    a driver keeps from a successful run over these memories (a mapping, a validation it
+    remembers) must not let an invalid request through."""
     model, feeds, _ = _request_model(key)
     prepared = prepare_or_skip(driver, model)
-    problems = rejection_problems(request_mutations(build_request(model, feeds, guard=GUARD), model),
-                                  lambda r: _run(prepared, r, path))
+    valid = build_request(model, feeds, guard=GUARD)
+    try:
+        _run(prepared, valid, path)
+    except HalError as e:
+        pytest.fail(f"VAL-1: the valid request failed on {path}: {e}")
+    problems = rejection_problems(request_mutations(valid, model), lambda r: _run(prepared, r, path))
     _report("VAL-1", f"{path} execution of invalid requests (expected INVALID_ARGUMENT, nothing written)",
             problems)
 

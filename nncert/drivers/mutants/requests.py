@@ -21,7 +21,7 @@ from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.memory import Memory
 from nncert.hal.model import Model, OutputShape, Request, RequestArgument, Timing, dtype_of
-from nncert.hal.request_io import read_inputs
+from nncert.hal.request_io import read_inputs, write_outputs
 from nncert.hal.types import ErrorStatus, MeasureTiming
 from nncert.hal.validation import validate_request
 from nncert.ops.interpreter import ExecutionBudget, execution_budget
@@ -142,6 +142,39 @@ class UnknownDimensionsAsOne(MutantDriver):
     prepared_class = Prepared
 
 
+class RemembersValidPools(MutantDriver):
+    """Remembers the memories of every request it validated and ran: a later request over the
+    same pools is trusted without validation, so once a valid request has run, an invalid one
+    over its memories (arguments pointing anywhere, missing, of other sizes) runs as far as it
+    can (VAL-1). Every path builds on the synchronous one, so every path has the fault."""
+
+    name = "remembers_valid_pools"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model: Model, driver: MutantDriver) -> None:
+            super().__init__(model, driver)
+            self.trusted: list[tuple[object, ...]] = []  # the pools themselves, compared by identity
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            pools = tuple(request.pools)
+            if not any(len(t) == len(pools) and all(a is b for a, b in zip(t, pools, strict=True))
+                       for t in self.trusted):
+                result = super().execute_synchronously(request, measure, deadline, loop_timeout)
+                self.trusted.append(pools)
+                return result
+            try:
+                outputs = self.compute(read_inputs(self.model, request))
+                return write_outputs(self.model, request, outputs), Timing()
+            except HalError:
+                raise
+            except Exception as e:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}") from None
+
+    prepared_class = Prepared
+
+
 class ValidatesSyncOnly(MutantDriver):
     """Validates requests on the synchronous path only: the asynchronous, fenced and burst
     paths, written for speed, check only that the request has as many inputs and outputs as
@@ -250,4 +283,6 @@ MUTANT_INFO = (
     MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(UnknownDimensionsAsOne, "EXE-6", suite="test_execution.py", args=("-k", "without_shape")),
+    MutantInfo(RemembersValidPools, "VAL-1", suite="test_validation.py",
+               args=("-k", "mutated_request and two_outputs")),
 )
