@@ -135,7 +135,7 @@ def test_burst_slots_are_cached_and_released(driver):
 
 
 @pytest.mark.req("EXE-7")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [*PATHS, "burst-warm"])
 @pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
 @pytest.mark.parametrize("key", CASES[:12])
 def test_timing(driver, key, path, measure):

@@ -44,9 +44,10 @@ UNLIMITED = 2**63 - 1  # steady_clock::time_point::max(), in nanoseconds
 GENEROUS_NS = 10_000_000_000
 BOUNDS = ("now", "unlimited", "short", "generous")
 DIMS = (2, 3)
-#: The paths of the stricter deadline checks: the harness's, and a fenced execution with no
-#: fence to wait for, which a driver may run inside the call (a fast path of its own).
-DEADLINE_PATHS = (*PATHS, "fenced-no-wait")
+#: The paths of the stricter deadline checks: the harness's, a burst whose slots are already
+#: cached (its warm path), and a fenced execution with no fence to wait for, which a driver
+#: may run inside the call (fast paths of their own).
+DEADLINE_PATHS = (*PATHS, "burst-warm", "fenced-no-wait")
 
 
 def _deadline(bound: str) -> int:

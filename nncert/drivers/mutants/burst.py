@@ -1,6 +1,7 @@
 """Burst mutants (BURST-1, BURST-2): a burst that is not its own prepared model's, one that
-caches a slot's contents rather than its memory, and bursts that share one slot cache.
-conformance/test_pools.py catches them."""
+caches a slot's contents rather than its memory, and bursts that share one slot cache
+(conformance/test_pools.py catches them); and one whose warm path gets timing wrong
+(EXE-7, conformance/test_execution.py)."""
 
 from __future__ import annotations
 
@@ -91,8 +92,34 @@ class SlotsPerPreparedModel(MutantDriver):
     prepared_class = Prepared
 
 
+class WarmBurstTiming(MutantDriver):
+    """A burst whose slots are all cached already takes a fast path that always reports
+    timing, from counters whose device time includes the queue wait: asked for or not, and
+    longer on the device than in the driver (EXE-7). A burst's first run is right."""
+
+    name = "warm_burst_timing"
+    #: Microseconds of queue wait the fast path counts as device time.
+    QUEUED_US = 5
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return WarmBurstTiming.FastBurst(self)
+
+    class FastBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            if not all(s in self.slots for s in slots):
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            shapes, timing = super().execute(request, slots, MeasureTiming.YES, deadline, loop_timeout)
+            return shapes, Timing(timing.time_in_driver + WarmBurstTiming.QUEUED_US, timing.time_in_driver)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
+    MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
 )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Deadline, FencedExecutionCallback, PreparedModel, SyncFence
+from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
@@ -72,6 +72,27 @@ class FastFenceNoDeadline(MutantDriver):
     prepared_class = Prepared
 
 
+class WarmBurstNoDeadline(MutantDriver):
+    """A burst whose slots are all cached already takes a fast path that never looks at the
+    deadline; its first run over new memories, and every other path, honour it (EXE-10)."""
+
+    name = "warm_burst_no_deadline"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return WarmBurstNoDeadline.FastBurst(self)
+
+    class FastBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            if all(s in self.slots for s in slots):
+                deadline = None
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 def _wall_clock_check(deadline: Deadline, what: str) -> None:
     if deadline is not None and time.time_ns() >= deadline:
         raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {what}")
@@ -108,4 +129,5 @@ MUTANT_INFO = (
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
     MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
     MutantInfo(WallClockDeadlines, "EXE-10", suite="test_qos.py", args=("-k", "generous")),
+    MutantInfo(WarmBurstNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "burst-warm")),
 )
