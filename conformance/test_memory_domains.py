@@ -398,6 +398,30 @@ def test_copies_and_executions_see_each_other(domains, name, kind):
                     f"the copied contents")
 
 
+@pytest.mark.req("MEM-5", "BURST-2")
+def test_burst_reads_each_copy_into_its_buffer(domains):
+    """One burst, the same request each run, its input a buffer given new contents by
+    copy_from before every run: a burst may cache the buffer's slot, not its contents, so each
+    run computes on the last copy (a burst that keeps what the buffer held when its slot was
+    first seen does not)."""
+    name = "float32"
+    prepared = _prepare(domains, _relu_model(name))
+    buffer, token = _allocate(domains, prepared)
+    burst = prepared.configure_execution_burst()
+    result = _memory(_nbytes(name))
+    request = _in_buffer(prepared, token, name, result)
+    for run in range(3):
+        x = _data(name, seed=20 + run)
+        _expect_copy(lambda x=x: buffer.copy_from(_memory(x)), OK, "copy_from before a burst run")
+        try:
+            burst.execute(request, [0, 1])
+        except HalError as e:
+            pytest.fail(f"MEM-5: burst run {run} with its input from a buffer failed: {e}")
+        if not np.array_equal(_read(result, name), _relu(name, x)):
+            pytest.fail(f"MEM-5: burst run {run} did not compute on the buffer's contents after the last "
+                        f"copy_from (stale contents cached with its slot?)")
+
+
 # -- executions (MEM-4, MEM-6) -----------------------------------------------------------------
 
 def _in_buffer(prepared, token, name, output=None) -> Request:

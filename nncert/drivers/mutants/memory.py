@@ -6,13 +6,22 @@ import math
 import time
 from collections.abc import Sequence
 
-from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain
-from nncert.drivers.mutants import MutantDriver, MutantInfo
+from nncert.drivers.base import Burst, Deadline
+from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, lookup
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.drivers.reference import ReferenceDriver
 from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
-from nncert.hal.model import BufferDesc, BufferRole
-from nncert.hal.types import ErrorStatus
+from nncert.hal.model import (
+    BufferDesc,
+    BufferRole,
+    DataLocation,
+    OutputShape,
+    Request,
+    RequestArgument,
+    Timing,
+)
+from nncert.hal.types import ErrorStatus, MeasureTiming
 
 
 class IgnoresRoles(MutantDriver):
@@ -100,6 +109,46 @@ class FirstShapeBuffer(MutantDriver):
     memory_domain = _BufferDomain(_FirstShapeBuffer)
 
 
+class BurstBufferSnapshot(MutantDriver):
+    """A burst copies a driver-managed buffer that serves as an input into its own memory the
+    first time it sees the buffer's slot, and runs every later request on that slot from the
+    copy: a copy_from into the buffer in between never reaches the burst (MEM-5). The other
+    paths read the buffer as they should."""
+
+    name = "burst_buffer_snapshot"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstBufferSnapshot.SnapshotBurst(self)
+
+    class SnapshotBurst(Burst):
+        def __init__(self, prepared) -> None:
+            super().__init__(prepared)
+            self.copies: dict[int, Memory] = {}
+
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            written = {a.location.pool_index for a in request.outputs}
+            inputs, pools = list(request.inputs), list(request.pools)
+            for p, (slot, pool) in enumerate(zip(slots, request.pools, strict=False)):
+                if not isinstance(pool, int) or p in written:
+                    continue
+                if slot not in self.copies:  # the first run reads the buffer, and keeps a copy
+                    snapshot = lookup(pool).snapshot()
+                    if snapshot is not None:
+                        self.copies[slot] = Memory.from_bytes(snapshot.data)
+                    continue
+                copy = self.copies[slot]
+                pools[p] = copy
+                inputs = [RequestArgument(False, DataLocation(p, 0, copy.size), a.dimensions)
+                          if not a.has_no_value and a.location.pool_index == p else a for a in inputs]
+            return super().execute(Request(inputs, request.outputs, pools), slots, measure, deadline,
+                                   loop_timeout)
+
+    prepared_class = Prepared
+
+
 class _BusyBuffer(DeviceBuffer):
     #: Seconds a store keeps the buffer busy (a DMA into device memory).
     STORE_S = 0.005
@@ -140,4 +189,5 @@ MUTANT_INFO = (
     MutantInfo(FirstShapeBuffer, "MEM-6", suite="test_memory_domains.py", args=("-k", "dynamic_buffer")),
     MutantInfo(ByteCountOnly, "MEM-5", suite="test_memory_domains.py", args=("-k", "copy_from_bad_dim")),
     MutantInfo(BusyBuffer, "MEM-7", suite="test_memory_domains.py", args=("-k", "concurrent")),
+    MutantInfo(BurstBufferSnapshot, "MEM-5", suite="test_memory_domains.py", args=("-k", "burst_reads_each")),
 )
