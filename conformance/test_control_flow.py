@@ -28,7 +28,7 @@ from nncert.testing.control_flow_models import (
     if_golden,
     if_model,
 )
-from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip, status_of
+from nncert.testing.harness import FAST_PATHS, PATHS, check_outputs, execute, prepare_or_skip, status_of
 
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 #: A 1 ms loop timeout: a loop that never ends must be stopped within this much (seconds),
@@ -210,7 +210,7 @@ def _expect_missed(driver, loop_timeout: int | None, path: str, within_s: float)
 
 
 @pytest.mark.req("EXE-9", "EXE-10")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [*PATHS, *FAST_PATHS])
 def test_endless_while_stops_at_the_loop_timeout(driver, path):
     """An endless WHILE with a 1 ms loop timeout fails with MISSED_DEADLINE_* at once."""
     _expect_missed(driver, SHORT_LOOP_TIMEOUT_NS, path, STOPPED_WITHIN_S)

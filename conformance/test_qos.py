@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from nncert.hal.builder import build_request, read_outputs
-from nncert.hal.errors import HalError
 from nncert.hal.model import Model
 from nncert.hal.types import ErrorStatus, ExecutionPreference, Priority
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
 from nncert.testing.harness import (
+    FAST_PATHS,
     PATHS,
     add_model,
     check_outputs,
@@ -33,7 +33,6 @@ from nncert.testing.harness import (
     declined,
     execute,
     prepare_or_skip,
-    run_fenced,
     status_of,
 )
 
@@ -44,10 +43,9 @@ UNLIMITED = 2**63 - 1  # steady_clock::time_point::max(), in nanoseconds
 GENEROUS_NS = 10_000_000_000
 BOUNDS = ("now", "unlimited", "short", "generous")
 DIMS = (2, 3)
-#: The paths of the stricter deadline checks: the harness's, a burst whose slots are already
-#: cached (its warm path), and a fenced execution with no fence to wait for, which a driver
-#: may run inside the call (fast paths of their own).
-DEADLINE_PATHS = (*PATHS, "burst-warm", "fenced-no-wait")
+#: The paths of the stricter deadline checks: the harness's, and those a driver may take a
+#: shortcut on (a warm burst, a fenced call with nothing to wait for).
+DEADLINE_PATHS = (*PATHS, *FAST_PATHS)
 
 
 def _deadline(bound: str) -> int:
@@ -69,16 +67,6 @@ def _prepare(driver, model: Model, **kwargs):
 
 def _allowed(bound: str) -> tuple[ErrorStatus, ...]:
     return (ErrorStatus.NONE,) if bound in ("unlimited", "generous") else (ErrorStatus.NONE, *MISSED)
-
-
-def _run(path: str, prepared, request, **budget) -> None:
-    """``execute`` on ``path``, where "fenced-no-wait" is execute_fenced with no wait-for fence."""
-    if path != "fenced-no-wait":
-        execute(prepared, request, path, **budget)
-        return
-    info = run_fenced(prepared, request, (), **budget)
-    if info.status is not ErrorStatus.NONE:
-        raise HalError(info.status, info.message)
 
 
 def _prepared_runs_exactly(driver, what: str, **hints) -> None:
@@ -165,7 +153,7 @@ def test_execute_with_a_past_deadline_is_missed(driver, path):
     model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, _feeds())
-    status = status_of(lambda: _run(path, prepared, request, deadline=time.monotonic_ns() - 1_000_000_000))
+    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() - 1_000_000_000))
     assert status in MISSED, f"EXE-10: a {path} execution with a deadline 1 s in the past gave {status.name}"
 
 
@@ -187,8 +175,8 @@ def test_long_execution_stops_at_its_deadline(driver, path):
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, counting_feeds(0, 0, 2**31 - 1))
     started = time.monotonic()
-    status = status_of(lambda: _run(path, prepared, request, deadline=time.monotonic_ns() + DEADLINE_NS,
-                                    loop_timeout=LONG_LOOP_TIMEOUT_NS))
+    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() + DEADLINE_NS,
+                                       loop_timeout=LONG_LOOP_TIMEOUT_NS))
     elapsed = time.monotonic() - started
     assert status in MISSED, f"EXE-10: gave {status.name}, expected MISSED_DEADLINE_*"
     assert elapsed < STOPPED_WITHIN_S, \

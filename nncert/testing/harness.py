@@ -31,9 +31,12 @@ from nncert.testing import triage
 from nncert.testing.cases import OpCase, context_for, state_values, stepped
 from nncert.testing.criteria import output_mismatches
 
-#: The execution paths of EXE-1 and BURST-1. ``execute`` also takes "burst-warm": a burst
-#: whose slots already hold the request's memories (its warm path).
+#: The execution paths of EXE-1 and BURST-1.
 PATHS = ("sync", "async", "fenced", "burst")
+#: Paths ``execute`` also takes, on which a driver may take a shortcut of its own: a burst
+#: whose slots already hold the request's memories (its warm path), and a fenced execution
+#: with no fence to wait for (which may run inside the call).
+FAST_PATHS = ("burst-warm", "fenced-no-wait")
 #: The loop timeout of the warm-up run of the "burst-warm" path.
 WARM_UP_LOOP_TIMEOUT_NS = 1_000_000
 
@@ -70,7 +73,12 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
         with contextlib.suppress(HalError):
             burst.execute(request, slots, MeasureTiming.NO, None, WARM_UP_LOOP_TIMEOUT_NS)
         return burst.execute(request, slots, measure, deadline, loop_timeout)
-    raise ValueError(f"unknown execution path {path!r} (known: {', '.join((*PATHS, 'burst-warm'))})")
+    if path == "fenced-no-wait":
+        info = run_fenced(prepared, request, (), measure, deadline, loop_timeout)
+        if info.status is not ErrorStatus.NONE:
+            raise HalError(info.status, info.message or "fenced execution failed")
+        return [], info.timing_launched
+    raise ValueError(f"unknown execution path {path!r} (known: {', '.join((*PATHS, *FAST_PATHS))})")
 
 
 def add_model(dims: Sequence[int] = (2, 3)) -> Model:

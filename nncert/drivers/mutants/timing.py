@@ -72,6 +72,26 @@ class FastFenceNoDeadline(MutantDriver):
     prepared_class = Prepared
 
 
+class FastFenceDefaultLoopTimeout(MutantDriver):
+    """A fenced execution with no fence to wait for runs inside the call under the default
+    loop timeout (2 s), not the one it was given: a WHILE past a 1 ms loop timeout runs on for
+    2 s (EXE-9). Every other path honours the loop timeout."""
+
+    name = "fast_fence_default_loop_timeout"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                           measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                           loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                           ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+            if not wait_for:
+                loop_timeout = None
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
 class WarmBurstNoDeadline(MutantDriver):
     """A burst whose slots are all cached already takes a fast path that never looks at the
     deadline; its first run over new memories, and every other path, honour it (EXE-10)."""
@@ -130,4 +150,6 @@ MUTANT_INFO = (
     MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
     MutantInfo(WallClockDeadlines, "EXE-10", suite="test_qos.py", args=("-k", "generous")),
     MutantInfo(WarmBurstNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "burst-warm")),
+    MutantInfo(FastFenceDefaultLoopTimeout, "EXE-9", suite="test_control_flow.py",
+               args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
 )
