@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nncert.drivers.base import hang_timeout
+from nncert.drivers.base import Burst, hang_timeout
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.model import Model, Request
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
@@ -163,12 +163,16 @@ def _request(model: Model, work: Workload, job: Job) -> Request:
 
 
 def _run(prepared, model: Model, work: Workload, job: Job, path: str, req: str, what: str,
-         hal_request: Request | None = None) -> None:
-    """Run ``job`` on ``path`` (in ``hal_request`` if given, which must hold its inputs) and
-    check its reported output shapes and its outputs."""
+         hal_request: Request | None = None, burst: Burst | None = None) -> None:
+    """Run ``job`` on ``path`` (in ``hal_request`` if given, which must hold its inputs; on
+    ``burst`` if given, its slots numbered as the pools) and check its reported output shapes
+    and its outputs."""
     if hal_request is None:
         hal_request = _request(model, work, job)
-    shapes, _ = execute(prepared, hal_request, path)
+    if burst is not None:
+        shapes, _ = burst.execute(hal_request, list(range(len(hal_request.pools))))
+    else:
+        shapes, _ = execute(prepared, hal_request, path)
     want = [e.shape for e in job.expected]
     dynamic = any(not model.main.operands[i].fully_specified for i in model.main.output_indexes)
     if dynamic and path != "fenced":  # a fenced execution reports no shapes
@@ -207,15 +211,18 @@ def test_one_prepared_model_many_requests(driver, request, kind, first):
 
 
 @pytest.mark.req("EXE-3", "MEM-2")
-@pytest.mark.parametrize("path", ["sync", "async", "fenced"])
-@pytest.mark.parametrize("kind", _kinds("if_branches", "while_counter"))
+@pytest.mark.parametrize("path", ["sync", "async", "fenced", "one-burst"])
+@pytest.mark.parametrize("kind", _kinds("if_branches", "while_counter", "if_output_shape"))
 def test_one_request_memory_rewritten_between_executions(driver, request, kind, path):
     """One request, its memories reused for a sequence of executions with new input values
     written into them in place (as an app reuses its buffers): each execution reads what the
-    pools hold now, not what they held when the driver first saw them."""
+    pools hold now, not what they held when the driver first saw them, and reports the output
+    shapes of its own run. "one-burst": every execution on one burst, whose slots name the same
+    memories throughout (its warm path: what it keeps per slot must not outlive the run)."""
     model, prepared = _prepared(driver, kind)
     work = WORKLOADS[kind]
     rng = _rng(request)
+    burst = prepared.configure_execution_burst() if path == "one-burst" else None
     jobs = [work.job(rng, i) for i in range(SEQUENCE // 2)]
     reused = _request(model, work, jobs[0])
     for i, job in enumerate(jobs):
@@ -223,7 +230,7 @@ def test_one_request_memory_rewritten_between_executions(driver, request, kind, 
         for arg in reused.inputs:  # the same layout: the inputs' shapes are fixed
             reused.pools[arg.location.pool_index].view()[:] = fresh.pools[arg.location.pool_index].view()
         _run(prepared, model, work, job, path, work.reqs[0], f"request {i} in the first one's memory",
-             reused)
+             reused, burst)
 
 
 def _from_threads(driver, request, kind: str, threads: int, rounds: int) -> None:

@@ -1,7 +1,8 @@
 """Burst mutants (BURST-1, BURST-2): a burst that is not its own prepared model's, one that
 caches a slot's contents rather than its memory, and bursts that share one slot cache
-(conformance/test_pools.py catches them); and one whose warm path gets timing wrong
-(EXE-7, conformance/test_execution.py)."""
+(conformance/test_pools.py catches them); one whose warm path gets timing wrong (EXE-7,
+conformance/test_execution.py), and one that keeps the output shapes of a slot set's first
+run (EXE-4, conformance/test_prepared_reuse.py)."""
 
 from __future__ import annotations
 
@@ -117,9 +118,35 @@ class WarmBurstTiming(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstShapeCache(MutantDriver):
+    """Plans a burst's output transfers once per set of slots: the output shapes of the first
+    run over those memories are reported for every later run over them, whatever shapes the
+    later runs' results have (EXE-4). The values are right."""
+
+    name = "burst_shape_cache"
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstShapeCache.PlannedBurst(self)
+
+    class PlannedBurst(Burst):
+        def __init__(self, prepared) -> None:
+            super().__init__(prepared)
+            self.planned: dict[tuple[int, ...], list[OutputShape]] = {}
+
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute(request, slots, measure, deadline, loop_timeout)
+            return self.planned.setdefault(tuple(slots), shapes), timing
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
     MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
+    MutantInfo(BurstShapeCache, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "one-burst")),
 )
