@@ -22,15 +22,19 @@ class Builder:
         return payload
 
 
+def _built(cache, content, build):
+    return cache.get_or_build(cache.key(content), build)
+
+
 def test_second_lookup_is_a_hit_across_instances(tmp_path):
     build = Builder()
     first = CompileCache("x", "v1", tmp_path)
-    assert first.get_or_build(b"model", build) == b"artefact"
-    assert first.get_or_build(b"model", build) == b"artefact"
+    assert first.get_or_build(first.key(b"model"), build) == b"artefact"
+    assert first.get_or_build(first.key(b"model"), build) == b"artefact"
     assert build.calls == 1 and first.stats == {"hits": 1, "misses": 1, "corrupt": 0}
     # Another instance (another process) with the same options finds it.
     again = CompileCache("x", "v1", tmp_path)
-    assert again.get_or_build(b"model", build) == b"artefact" and build.calls == 1
+    assert again.get_or_build(again.key(b"model"), build) == b"artefact" and build.calls == 1
     # Entries are private: the directory 0700, the file 0600.
     assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o700
     (entry,) = tmp_path.glob("*.art")
@@ -39,16 +43,16 @@ def test_second_lookup_is_a_hit_across_instances(tmp_path):
 
 def test_key_covers_the_options_and_release(tmp_path):
     build = Builder()
-    CompileCache("x", "v1", tmp_path).get_or_build(b"model", build)
-    CompileCache("x", "v2", tmp_path).get_or_build(b"model", build)
-    CompileCache("x", "v1", tmp_path).get_or_build(b"model2", build)
+    _built(CompileCache("x", "v1", tmp_path), b"model", build)
+    _built(CompileCache("x", "v2", tmp_path), b"model", build)
+    _built(CompileCache("x", "v1", tmp_path), b"model2", build)
     assert build.calls == 3
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "magic"])
 def test_a_damaged_entry_is_compiled_again_never_loaded(tmp_path, damage):
     cache = CompileCache("x", "v1", tmp_path)
-    cache.get_or_build(b"model", Builder())
+    cache.get_or_build(cache.key(b"model"), Builder())
     (entry,) = tmp_path.glob("*.art")
     data = bytearray(entry.read_bytes())
     if damage == "flip":
@@ -61,9 +65,9 @@ def test_a_damaged_entry_is_compiled_again_never_loaded(tmp_path, damage):
         data[: len(MAGIC)] = b"X" * len(MAGIC)
     entry.write_bytes(bytes(data))
     build = Builder()
-    assert cache.get_or_build(b"model", lambda: build(b"fresh")) == b"fresh"
+    assert cache.get_or_build(cache.key(b"model"), lambda: build(b"fresh")) == b"fresh"
     assert build.calls == 1 and cache.stats["corrupt"] == 1
-    assert cache.get_or_build(b"model", build) == b"fresh" and build.calls == 1
+    assert cache.get_or_build(cache.key(b"model"), build) == b"fresh" and build.calls == 1
 
 
 def test_a_symlinked_entry_is_not_followed(tmp_path):
@@ -72,7 +76,7 @@ def test_a_symlinked_entry_is_not_followed(tmp_path):
     target.write_bytes(MAGIC + b"\0" * 32 + b"planted")
     (tmp_path / "c" / f"{cache.key(b'model')}.art").symlink_to(target)
     build = Builder()
-    assert cache.get_or_build(b"model", build) == b"artefact" and build.calls == 1
+    assert cache.get_or_build(cache.key(b"model"), build) == b"artefact" and build.calls == 1
     assert target.read_bytes().endswith(b"planted")  # replaced the link, never wrote through it
     assert not (tmp_path / "c" / f"{cache.key(b'model')}.art").is_symlink()
 

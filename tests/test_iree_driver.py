@@ -130,6 +130,36 @@ def test_a_compiler_refusal_is_an_error_carrying_its_diagnostic(driver):
         driver.build(content, None)
 
 
+def test_models_compiled_together_compute_what_each_compiled_alone_computes(driver):
+    """``build_together`` (the compile-ahead): one module, a function a model, each artefact
+    headed by its function's name; a model the compiler refuses is named by its position (from
+    the diagnostics' lines), so the others can be compiled again without it."""
+    from onnx import TensorProto, helper
+
+    from nncert.drivers.compiled import RefusedTogether
+    from nncert.drivers.iree import TOGETHER
+
+    graph = helper.make_graph([helper.make_node("DFT", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
+    refused = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                                ir_version=10).SerializeToString()
+    models = [_add_model(), _add_model((3, 2)), _add_model((2, 3), T.TENSOR_INT32)]
+    contents = [driver.translate(m) for m in models]
+    with pytest.raises(RefusedTogether) as e:
+        driver.build_together([contents[0], refused, *contents[1:]])
+    assert e.value.refused == [1]
+    artefacts = driver.build_together(contents)
+    for n, (model, artefact) in enumerate(zip(models, artefacts, strict=True)):
+        assert artefact.startswith(TOGETHER + f"m{n}".encode() + b"\n")
+        dims = model.main.operands[0].dimensions
+        feeds = [np.arange(6).reshape(dims).astype(X.dtype if n < 2 else np.int32)] * 2
+        alone = driver.load_built(driver.build(contents[n], model), model)
+        together = driver.load_built(artefact, model)
+        np.testing.assert_array_equal(together.run(feeds)[0], alone.run(feeds)[0])
+        np.testing.assert_array_equal(together.run(feeds)[0], feeds[0] * 2)
+
+
 def test_while_is_declined_and_if_runs_both_branches(driver):
     (reason,) = driver.decline_reasons(counting_while_model())
     assert "cannot stop a running invocation" in reason

@@ -103,9 +103,13 @@ class CompileCache:
         if trim:
             self.trim()
 
-    def get_or_build(self, content: bytes, build: Callable[[], bytes]) -> bytes:
-        """The artefact of ``content``: from disk, else ``build()`` (then stored)."""
-        key = self.key(content)
+    def has(self, key: str) -> bool:
+        """Whether an entry is stored under ``key`` (not read: ``get`` may still find it corrupt)."""
+        return os.path.isfile(self._path(key))
+
+    def get_or_build(self, key: str, build: Callable[[], bytes]) -> bytes:
+        """The artefact stored under ``key`` (``key(content)``): from disk, else ``build()``
+        (then stored)."""
         artefact = self.get(key)
         with self._lock:
             self.stats["hits" if artefact is not None else "misses"] += 1

@@ -19,7 +19,9 @@ A runtime that compiles ahead of time (IREE, TVM, OpenVINO) implements ``build(c
 model)`` (the translated bytes to its compiled artefact) and ``load_built(artefact, model)``
 instead of ``load``; the base then keeps the artefacts on disk by content
 (``compile_cache``, nncert.drivers.compile_cache), shared by the supported-operations probe,
-every prepared model and every later run, and the model cache holds the artefact.
+every prepared model and every later run, and the model cache holds the artefact. One whose
+compiler is faster on several models at once implements ``build_together`` too, and then
+compiles ahead what the tests it is told of (``expect``) will need (docs/drivers.md).
 
 The base then gives:
 
@@ -62,7 +64,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -93,6 +95,15 @@ from nncert.ops.interpreter import loop_timeout_of
 
 class Unmappable(Exception):  # noqa: N818 - carries the reason an exporter gives
     """What an exporter cannot express in its runtime's format."""
+
+
+class RefusedTogether(Exception):  # noqa: N818 - says which, not that something failed
+    """``build_together`` names the models the runtime refused (positions): the others are
+    tried together again."""
+
+    def __init__(self, refused: list[int]) -> None:
+        super().__init__(f"models {refused} refused")
+        self.refused = refused
 
 
 class Executable(Protocol):
@@ -329,6 +340,11 @@ class CompiledDriver(Driver):
         self._planned: OrderedDict[bytes, list[str | _Probe | None]] = OrderedDict()
         self._probe_lock = threading.Lock()
         self._probe_child = None  # nncert.drivers.probe.ProbeChild, started by the first probe
+        #: What ``expect`` was told this process will prepare, and how far the compile-ahead
+        #: has got in it; the cache keys it could not compile together (compiled alone).
+        self._ahead: list[Callable[[], Model]] = []
+        self._ahead_at = 0
+        self._ahead_failed: set[str] = set()
 
     # -- hooks --
     def operation_problem(self, model: Model, index: int) -> str | None:
@@ -348,6 +364,13 @@ class CompiledDriver(Driver):
         raise NotImplementedError
 
     def load_built(self, artefact: bytes, model: Model) -> Executable:
+        raise NotImplementedError
+
+    def build_together(self, contents: list[bytes]) -> list[bytes]:
+        """``build`` of several translated models at once, for a runtime that compiles them
+        faster together than one by one (IREE: one module, a function each): their artefacts,
+        in order, each loadable by ``load_built`` alone. Raises if the runtime refuses any.
+        A driver that implements it gets the compile-ahead (``expect``)."""
         raise NotImplementedError
 
     def build_variant(self, model: Model) -> str:
@@ -390,9 +413,85 @@ class CompiledDriver(Driver):
             return content
         if self.compile_cache is None:
             return self.build(content, model)
-        variant = self.build_variant(model)
-        key = f"{variant}\0".encode() + content if variant else content
+        key = self._cache_key(model, content)
+        if self._ahead_at < len(self._ahead) and not self.compile_cache.has(key):
+            self._compile_ahead({key: content})
         return self.compile_cache.get_or_build(key, lambda: self.build(content, model))
+
+    def _cache_key(self, model: Model, content: bytes) -> str:
+        """The compile cache's key of ``model``, whose ``translate`` gave ``content``."""
+        variant = self.build_variant(model)
+        return self.compile_cache.key(f"{variant}\0".encode() + content if variant else content)
+
+    # -- the compile-ahead --
+    #: Models the compile-ahead compiles together, at most.
+    AHEAD_BATCH = 32
+
+    def expect(self, models: Sequence[Callable[[], Model]]) -> None:
+        """The models this process is about to prepare, in order (functions that make them: a
+        suite's tests, once collected). A driver that compiles faster several models at once
+        (``build_together``, with a compile cache) then compiles, whenever it must compile,
+        what the next of them need with it (``_compile_ahead``); the others ignore it."""
+        if self.compile_cache is not None and type(self).build_together is not CompiledDriver.build_together:
+            self._ahead, self._ahead_at = list(models), 0
+
+    def _compile_ahead(self, needed: dict[str, bytes]) -> None:
+        """Compile the translated models ``needed`` (by cache key), none of them cached, with
+        those the next expected models need (their operations alone, as the support probe
+        compiles them, and the models) up to ``AHEAD_BATCH``, together, into the compile
+        cache, in the probe child: a compiler that dies or hangs on one of them kills only the
+        child, and whatever it did not compile is compiled alone when it is needed, as
+        before. A key it once failed on is never batched again."""
+        from nncert.drivers.probe import build_ahead
+
+        entries = {k: c for k, c in needed.items() if k not in self._ahead_failed}
+        if not entries:
+            return
+        while len(entries) < self.AHEAD_BATCH and self._ahead_at < len(self._ahead):
+            make = self._ahead[self._ahead_at]
+            self._ahead_at += 1
+            try:
+                targets = self._compile_targets(make())
+            except Exception:  # a model the test itself will judge
+                continue
+            for key, content in self._uncached(targets).items():
+                if key not in self._ahead_failed:
+                    entries.setdefault(key, content)
+        if len(entries) < 2:
+            return  # nothing to gain: compiled alone where it is needed
+        left = build_ahead(self, list(entries.items()))
+        self._ahead_failed.update(entries if left is None else left)
+
+    def _uncached(self, models: Sequence[Model]) -> dict[str, bytes]:
+        """The translated bytes of those of ``models`` the compile cache has not got, by key
+        (one the exporter refuses left out: whoever needs it says why)."""
+        assert self.compile_cache is not None
+        found = {}
+        for model in models:
+            try:
+                content = self.translate(model)
+            except Exception:
+                continue
+            key = self._cache_key(model, content)
+            if not self.compile_cache.has(key):
+                found[key] = content
+        return found
+
+    def _compile_targets(self, model: Model) -> list[Model]:
+        """What preparing ``model`` compiles: each operation alone as the support probe
+        compiles it (an operation whose optional inputs a request may omit is probed in
+        several forms: left out), and the widened model, its shapes known from its inputs'."""
+        copy = model.copy()
+        wide = widen_float16(copy)
+        targets = [plan.single for n in range(len(wide.main.operations))
+                   if isinstance(plan := _widening_problem(copy, n) or self._probe_plan(wide, n), _Probe)
+                   and not plan.omittable]
+        sg = wide.main
+        if not fully_specified(wide) and all(sg.operands[i].fully_specified for i in sg.input_indexes):
+            wide = specialize_shapes(wide, [sg.operands[i].dimensions for i in sg.input_indexes])
+        if fully_specified(wide):
+            targets.append(wide)
+        return targets
 
     def load_form(self, form: bytes, model: Model) -> Executable:
         """An executable of ``runtime_form``'s bytes."""
@@ -500,6 +599,10 @@ class CompiledDriver(Driver):
                     if hit:
                         stored[key] = verdict
                         del todo[key]
+            if todo and self._ahead_at < len(self._ahead):
+                needed = self._uncached([p.single for p in todo.values()])
+                if needed:
+                    self._compile_ahead(needed)
             found = dict(zip(todo, probe_operations(self, [(p.single, p.omittable) for p in todo.values()]),
                              strict=True)) if todo else {}
             if space is not None and found:

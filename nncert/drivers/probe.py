@@ -62,6 +62,9 @@ OMISSION_INPUTS = 12
 OMISSION_PATTERNS = 16
 #: Seconds a fresh child may take to start (import the runtime, rebuild the driver).
 START_S = 120.0
+#: Seconds the child may take to compile models together ahead (``build_ahead``): this, and
+#: as much again a model.
+AHEAD_S, AHEAD_S_PER_MODEL = 60.0, 10.0
 #: Bytes of one operand, and of all the operands of the isolated operation together, that the
 #: probe allocates at most (sample values, the reference's and the runtime's results): beyond,
 #: the operation is declined before anything is allocated (a fuzzed GROUPED_CONV_2D of batch
@@ -140,11 +143,7 @@ def _ask_many(driver: CompiledDriver,
     answers: list[tuple[Outcome, tuple[int, str]] | None] = [None] * len(probes)
     order = list(range(len(probes)))
     while order:
-        child = driver._probe_child
-        if child is None or not child.usable():
-            if child is not None:
-                child.close()
-            child = driver._probe_child = ProbeChild(driver)
+        child = _child(driver)
         fresh = child.served == 0
         batch = [probes[i] for i in order]
         outcome, at, done = child.ask(batch, [driver.probe_timeout * len(models) for models, _ in batch])
@@ -167,6 +166,59 @@ def _ask_many(driver: CompiledDriver,
             answers[order[0]] = (outcome, at)
             order = order[1:]
     return answers  # type: ignore[return-value]  (every probe answered)
+
+
+def _child(driver: CompiledDriver) -> ProbeChild:
+    """The driver's probe child, started when it has none (or after one died)."""
+    child = driver._probe_child
+    if child is None or not child.usable():
+        if child is not None:
+            child.close()
+        child = driver._probe_child = ProbeChild(driver)
+    return child
+
+
+def build_ahead(driver: CompiledDriver, entries: list[tuple[str, bytes]]) -> list[str] | None:
+    """Have the driver's probe child compile the translated models of ``entries`` (cache key,
+    content) together into the compile cache (``compile_together``): the keys it did not
+    compile, or None when it died or took more than ``AHEAD_S_PER_MODEL`` a model (it is then
+    replaced, as after a probe; nothing is judged from it: what it did not compile is compiled
+    alone, where a probe or a preparation needs it)."""
+    child = _child(driver)
+    answer = child.request(("build", entries), AHEAD_S + AHEAD_S_PER_MODEL * len(entries))
+    keys = {key for key, _ in entries}
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] == "built"
+            and isinstance(answer[1], list) and set(answer[1]) <= keys):
+        child.close()
+        driver._probe_child = None
+        return None
+    return answer[1]
+
+
+def compile_together(driver: CompiledDriver, entries: list[tuple[str, bytes]]) -> list[str]:
+    """In the probe child: ``driver.build_together`` of ``entries`` (cache key, translated
+    content), each artefact stored under its key. The models the runtime refuses are left out
+    and the rest tried again; where it does not say which, each half is tried. The keys of
+    those refused are returned: the probe or the preparation compiles them alone, and says why."""
+    from nncert.drivers.compiled import RefusedTogether
+
+    if not entries:
+        return []
+    try:
+        artefacts = driver.build_together([content for _, content in entries])
+    except RefusedTogether as e:
+        out = set(e.refused)
+        return [entries[n][0] for n in sorted(out)] + compile_together(
+            driver, [entry for n, entry in enumerate(entries) if n not in out])
+    except Exception:
+        if len(entries) == 1:
+            return [entries[0][0]]
+        half = len(entries) // 2
+        return compile_together(driver, entries[:half]) + compile_together(driver, entries[half:])
+    assert driver.compile_cache is not None
+    for (key, _), artefact in zip(entries, artefacts, strict=True):
+        driver.compile_cache.put(key, artefact)
+    return []
 
 
 # -- what is probed --
@@ -424,6 +476,19 @@ class ProbeChild:
         self.served += len(probes)
         return Outcome(Kind.SUCCESS, value=message[1]), (0, "compile"), []
 
+    def request(self, message: object, budget: float) -> object:
+        """Another request than probes (``_serve``): the child's answer within ``budget``
+        seconds, or None (it died, or is killed at the deadline: a HANG)."""
+        try:
+            if self.pid is None:
+                raise EOFError
+            _send(self.request_w, pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+            return self._message(time.monotonic() + budget)
+        except Exception:  # TimeoutError too: it is done for
+            self.kill()
+            self._wait()
+            return None
+
     def _ended(self, outcome: Outcome, count: int) -> tuple[Outcome, tuple[int, str], list]:
         """How the child ended, where it was, and the results of the probes it finished
         (read from ``progress`` once it is dead: nothing writes there any more)."""
@@ -593,9 +658,13 @@ def _serve(driver: CompiledDriver, request_r: int, answer_w: int, progress_fd: i
     progress = Progress(progress_fd)
     _send(answer_w, pickle.dumps(("ready", os.getpid())))
     while (data := _receive(request_r)) is not None:
+        request = pickle.loads(data)
+        if isinstance(request, tuple) and request[0] == "build":
+            _send(answer_w, pickle.dumps(("built", compile_together(driver, request[1]))))
+            continue
         progress.start()
         answers = []
-        for j, (models, feeds) in enumerate(pickle.loads(data)):
+        for j, (models, feeds) in enumerate(request):
             result = compile_and_run(driver, models, feeds, lambda n, stage, j=j: progress.at(j, n, stage))
             progress.finished(result)
             answers.append(result)

@@ -31,6 +31,7 @@ onnx and IREE are imported when a driver is made, never by ``import nncert.drive
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import hashlib
 import os
@@ -43,7 +44,7 @@ from importlib import metadata
 import numpy as np
 
 from nncert.drivers import compile_cache
-from nncert.drivers.compiled import CompiledDriver, StandaloneRunner
+from nncert.drivers.compiled import CompiledDriver, RefusedTogether, StandaloneRunner
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import DeviceType, OperationType
 from nncert.hal.types import OperandType as T
@@ -52,16 +53,24 @@ BACKENDS = ("llvm-cpu", "vmvx")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 #: The name of the compiled function: the exported ONNX graph's name.
 FUNCTION = "nncert"
+#: The head of an artefact compiled together with others (``build_together``): the name of
+#: its model's function follows, up to a newline, then the module they share.
+TOGETHER = b"nncert-iree-function:"
 #: The runtime's HAL driver: executes on the calling thread, one invocation at a time.
 RUNTIME_DEVICE = "local-sync"
 #: Characters of a compiler error kept in an exception (the decline reason keeps 500).
 MESSAGE_LIMIT = 2000
 
-_LOCATION = re.compile(r"^\S+\.mlir:\d+:\d+: ")
+_LOCATION = re.compile(r"^\S+\.mlir:(\d+):\d+: ")
 
 
 class IREECompileError(Exception):
-    """The compiler refused a model; the message is its first error diagnostics."""
+    """The compiler refused a model; the message is its first error diagnostics, ``lines``
+    the lines of the MLIR text they are at."""
+
+    def __init__(self, message: str, lines: list[int]) -> None:
+        super().__init__(message)
+        self.lines = lines
 
 
 def _one_line(text: str) -> str:
@@ -111,9 +120,13 @@ class IREEExecutable:
     def __init__(self, config, artefact: bytes, out_types: list[np.dtype] | None = None) -> None:
         import iree.runtime as rt
 
+        function = FUNCTION
+        if artefact.startswith(TOGETHER):
+            name, _, artefact = artefact[len(TOGETHER):].partition(b"\n")
+            function = name.decode("ascii", errors="replace")
         self._context = rt.SystemContext(config=config)
         self._context.add_vm_module(rt.VmModule.copy_buffer(config.vm_instance, artefact))
-        self._function = self._context.modules.module[FUNCTION]
+        self._function = self._context.modules.module[function]
         self._out_types = out_types
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -206,28 +219,52 @@ class IREEDriver(CompiledDriver):
         with self._compile_lock:  # neither the session nor the importer's context is shared safely
             return self._compile(self._import(content))
 
-    def _import(self, content: bytes) -> str:
-        """The ONNX model as MLIR text (torch dialect), by IREE's ONNX importer."""
+    def build_together(self, contents: list[bytes]) -> list[bytes]:
+        """One module with a function per model (most of a compilation's half second is the
+        pipeline's set-up, paid once here), each artefact that module headed by its function."""
+        names = [f"m{n}" for n in range(len(contents))]
+        with self._compile_lock:
+            text = self._import(*contents, names=names)
+            try:
+                vmfb = self._compile(text)
+            except IREECompileError as e:
+                # The diagnostics' lines say whose function it refused.
+                starts = [n for n, line in enumerate(text.splitlines(), 1)
+                          if line.lstrip().startswith("func.func @m")]
+                refused = {bisect.bisect_right(starts, line) - 1 for line in e.lines} - {-1}
+                if refused:
+                    raise RefusedTogether(sorted(refused)) from None
+                raise
+        return [TOGETHER + name.encode() + b"\n" + vmfb for name in names]
+
+    def _import(self, *contents: bytes, names: list[str] | None = None) -> str:
+        """The ONNX models as MLIR text (torch dialect), by IREE's ONNX importer: one module,
+        a function per model, named ``names`` (``FUNCTION`` for one model)."""
         import onnx
         from iree.compiler import ir
         from iree.compiler.extras import onnx_importer
 
-        proto = onnx.load_from_string(content)
-        proto.graph.name = FUNCTION
-        # Without inferred shapes the importer gives intermediate values no type.
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-        info = onnx_importer.ModelInfo(proto)
-        module = info.create_module(ir.Context()).operation
-        onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+        module = ir.Module.create(ir.Location.unknown(ir.Context())).operation
+        for content, name in zip(contents, names or [FUNCTION], strict=True):
+            proto = onnx.load_from_string(content)
+            proto.graph.name = name
+            # Without inferred shapes the importer gives intermediate values no type.
+            proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+            info = onnx_importer.ModelInfo(proto)
+            onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         return str(module)
 
     def _compile(self, text: str) -> bytes:
         api = self._api
         messages: list[str] = []
+        lines: list[int] = []
 
         def collect(severity, message, size, _user):
             if severity == 2:  # IREE_COMPILER_DIAGNOSTIC_SEVERITY_ERROR
                 first = ctypes.string_at(message, size).decode(errors="replace").split("\n\n", 1)[0]
+                at = _LOCATION.match(first)
+                if at:
+                    lines.append(int(at.group(1)))
                 messages.append(_LOCATION.sub("", _one_line(first)))
 
         callback = _DIAGNOSTIC(collect)
@@ -237,7 +274,7 @@ class IREEDriver(CompiledDriver):
             source = api.Source.wrap_buffer(self._session, text.encode())
             if not inv.parse_source(source) or not inv.execute():
                 detail = "; ".join(dict.fromkeys(messages)) or "no diagnostic"
-                raise IREECompileError(f"IREE's compiler refuses the model: {detail}"[:MESSAGE_LIMIT])
+                raise IREECompileError(f"IREE's compiler refuses the model: {detail}"[:MESSAGE_LIMIT], lines)
             output = api.Output.open_membuffer()
             try:
                 inv.output_vm_bytecode(output)
