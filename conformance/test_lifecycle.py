@@ -236,14 +236,17 @@ def _constant_model() -> Model:
 def _life(driver: Driver, model: Model, feeds: list[np.ndarray], n: int, refs: list[weakref.ref] | None,
           buffers: bool, cache_dir: Path | None) -> None:
     """The ``n``-th prepared model's life: prepared (every other one writing the compilation
-    cache, where the driver caches), a burst configured, an execution on path ``n`` (in
-    turn; the burst path on that burst), a buffer allocated where the driver has memory
-    domains; then all dropped."""
+    cache, where the driver caches, and every other of those then prepared again from that
+    cache), a burst configured, an execution on path ``n`` (in turn; the burst path on that
+    burst), a buffer allocated where the driver has memory domains; then all dropped."""
     if cache_dir is not None and n % 2:
         model_fds, data_fds = _cache_files(driver, cache_dir)
+        token = secrets.token_bytes(32)
         try:
-            prepared = driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
-                                            token=secrets.token_bytes(32))
+            prepared = driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds, token=token)
+            if n % 4 == 3:
+                del prepared
+                prepared = driver.prepare_model_from_cache(None, model_fds, data_fds, token)
         finally:
             for fd in model_fds + data_fds:
                 os.close(fd)
@@ -283,7 +286,8 @@ def _has_memory_domains(driver: Driver, model: Model) -> bool:
 @pytest.mark.req("DRV-5")
 def test_released_models_free_their_resources(driver, tmp_path):
     """RELEASED prepared models, each with a burst, an execution and a buffer, half of them
-    written to the compilation cache, are made and released; then none of them may be alive
+    written to the compilation cache (and half of those prepared from it again), are made and
+    released; then none of them may be alive
     (weak references die once the last reference is dropped), and the process's descriptors,
     threads and memory, and for a hosted driver its service's, together with the hosted
     driver's live prepared models, bursts and buffers (the service's ``stats``), must come

@@ -120,6 +120,29 @@ class UnmeasuredPower(MutantDriver):
         return dataclasses.replace(caps, if_performance=unmeasured, while_performance=unmeasured)
 
 
+class KeepsCacheHandles(MutantDriver):
+    """Duplicates the cache descriptors it prepares from (to read the cache lazily, as a
+    multi-stage compiler does, CACHE-7) and keeps the duplicates of its last ``CAPACITY``
+    loads open for good, whether or not the models prepared from them are still alive: a
+    released model leaves its cache files open in the driver (DRV-5)."""
+
+    name = "keeps_cache_handles"
+    CAPACITY = 32
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.kept: collections.deque[list[int]] = collections.deque()
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        prepared = super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
+        self.kept.append([os.dup(fd) for fd in (*model_cache, *data_cache)])
+        if len(self.kept) > self.CAPACITY:
+            for fd in self.kept.popleft():
+                os.close(fd)
+        return prepared
+
+
 class LeaksFailedJobs(MutantDriver):
     """Opens a descriptor for each job (its completion event) and closes it at the end of the
     job, but the early return that reports OUTPUT_INSUFFICIENT_SIZE skips the cleanup: one
@@ -160,4 +183,5 @@ MUTANT_INFO = (
     MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
     MutantInfo(LeaksFailedJobs, "DRV-5", suite="test_lifecycle.py", args=("-k", "failed_calls")),
+    MutantInfo(KeepsCacheHandles, "DRV-5", suite="test_lifecycle.py", args=("-k", "released_models")),
 )
