@@ -233,16 +233,39 @@ def test_one_request_memory_rewritten_between_executions(driver, request, kind, 
              reused, burst)
 
 
-def _from_threads(driver, request, kind: str, threads: int, rounds: int) -> None:
-    """``threads`` threads run ``rounds`` requests each on one prepared model, all starting
-    each round together, each on another path and with other data; every answer is checked."""
+def _mul_model() -> Model:
+    """x * y of two float32 (2, 3) inputs: the ADD workload's inputs and output, another graph."""
+    b = ModelBuilder()
+    x, y, out = (b.operand(T.TENSOR_FLOAT32, (2, 3)) for _ in range(3))
+    b.operation(OperationType.MUL, [x, y, b.constant(T.INT32, 0)], [out])
+    return b.build([x, y], [out])
+
+
+def _mul_job(rng: np.random.Generator, i: int) -> Job:
+    x, y = _floats(rng, (2, 3)), _floats(rng, (2, 3))
+    return Job([x, y], [x * y])
+
+
+#: A second model for the ADD workload's threads: the same inputs and output, another graph.
+MUL = Workload(_mul_model, _mul_job, None, ("DRV-4",))
+
+
+def _from_threads(driver, request, kind: str, threads: int, rounds: int,
+                  other: Workload | None = None) -> None:
+    """``threads`` threads run ``rounds`` requests each on one prepared model (with ``other``:
+    every other thread on a prepared model of ``other``), all starting each round together,
+    each on another path and with other data; every answer is checked."""
     model, prepared = _prepared(driver, kind)
-    work = WORKLOADS[kind]
+    setups = [(model, prepared, WORKLOADS[kind])]
+    if other is not None:
+        other_model = other.build()
+        setups.append((other_model, prepare_or_skip(driver, other_model), other))
     start = threading.Barrier(threads)
     failures: list[str] = []
 
     def worker(t: int) -> None:
         rng = _rng(request, t)
+        model, prepared, work = setups[t % len(setups)]
         try:
             for i in range(rounds):
                 job = work.job(rng, i + t)  # the threads' requests differ in every round
@@ -262,8 +285,8 @@ def _from_threads(driver, request, kind: str, threads: int, rounds: int) -> None
     for t in pool:
         t.join(max(0.0, ends - time.monotonic()))
     if any(t.is_alive() for t in pool):
-        pytest.fail(f"DRV-4: executions from {threads} threads on one prepared model did not end "
-                    f"within {hang_timeout() * rounds:g} s")
+        pytest.fail(f"DRV-4: executions from {threads} threads on {len(setups)} prepared model(s) did not "
+                    f"end within {hang_timeout() * rounds:g} s")
     if failures:
         pytest.fail(f"DRV-4: {len(failures)} of {threads} threads got a wrong answer: {failures[0]}")
 
@@ -273,6 +296,15 @@ def _from_threads(driver, request, kind: str, threads: int, rounds: int) -> None
 def test_one_prepared_model_from_several_threads(driver, request, kind):
     """Four threads, four requests each, on one prepared model (DRV-4)."""
     _from_threads(driver, request, kind, threads=4, rounds=4)
+
+
+@pytest.mark.req("DRV-4")
+def test_two_prepared_models_from_several_threads(driver, request):
+    """Four threads, four requests each, two of them on a prepared ADD model and two on a
+    prepared MUL model of the same inputs and output, all starting each round together: each
+    execution runs its own prepared model whatever runs beside it (a driver with one device
+    slot for the graph in use swaps it under a running execution of the other model)."""
+    _from_threads(driver, request, "add", threads=4, rounds=4, other=MUL)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import numpy as np
 
 from nncert.drivers.base import Deadline
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
-from nncert.hal.model import Operation, OutputShape, Request, Timing
+from nncert.hal.model import Model, Operation, OutputShape, Request, Timing
 from nncert.hal.types import MeasureTiming, OperationType
 from nncert.ops.control_flow import referenced_subgraph
 from nncert.ops.interpreter import run_model
@@ -167,6 +167,29 @@ class SharedStaging(MutantDriver):
     prepared_class = Prepared
 
 
+class OneGraphSlot(MutantDriver):
+    """The device holds the graph and weights of one prepared model at a time: an execution
+    loads its own into the slot (a ``LOAD_S`` transfer), then runs whatever the slot holds, and
+    nothing serialises executions of different prepared models: run side by side, one runs
+    the other's graph (DRV-4). One prepared model, from any number of threads, is right."""
+
+    name = "one_graph_slot"
+    LOAD_S = 0.002
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.loaded: Model | None = None
+
+    class Prepared(MutantPreparedModel):
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            driver = self.driver
+            driver.loaded = self.model  # type: ignore[attr-defined]
+            time.sleep(OneGraphSlot.LOAD_S)
+            return driver.run(driver.loaded, inputs)  # type: ignore[attr-defined]
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(FirstFenceOnly, "EXE-1", suite="test_execution.py", args=("-k", "fence")),
     MutantInfo(FastPathTiming, "EXE-8", suite="test_execution.py", args=("-k", "fenced")),
@@ -175,4 +198,5 @@ MUTANT_INFO = (
     MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
     MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "shape")),
     MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "threads or in_flight")),
+    MutantInfo(OneGraphSlot, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "two_prepared_models")),
 )
