@@ -21,15 +21,15 @@ from nncert.testing.criteria import output_mismatches, tolerance
 from nncert.testing.harness import PATHS, execute, own_criterion, prepare_or_skip, run_case, run_state_chain
 
 
-def model_ahead(item):
+def models_ahead(item) -> list:
     """What the test ``item`` prepares, made when called (nncert.pytest_plugin hands these to
-    a driver that compiles ahead): the case's model in the test's variation; None for the tests
-    that prepare something else (omitted inputs, state chains)."""
+    a driver that compiles ahead): the case's model in the test's variation; nothing for the
+    tests that prepare something else (omitted inputs, state chains)."""
     variation = _VARIATIONS.get(item.originalname)
     key = getattr(item, "callspec", None) and item.callspec.params.get("key")
     if variation is None or key is None:
-        return None
-    return lambda: sample_case(*key).model(variation)[0]
+        return []
+    return [lambda: sample_case(*key).model(variation)[0]]
 
 
 def _key_id(key) -> str:
@@ -98,7 +98,7 @@ def test_operation_dynamic_output_shape(driver, key):
     run_case(driver, sample_case(*key), "dynamic_output")
 
 
-#: The variation each test function runs its case in (``model_ahead``).
+#: The variation each test function runs its case in (``models_ahead``).
 _VARIATIONS = {"test_operation": "base", "test_operation_edge": "base",
                **{f"test_operation_{v}": v for v in ("relaxed", "inputs_as_internal", "all_tensors_as_inputs",
                                                       "output_consumed")},

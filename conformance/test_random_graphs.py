@@ -21,6 +21,13 @@ from nncert.testing.graphs import matrix
 from nncert.testing.harness import decline
 
 
+def models_ahead(item) -> list:
+    """The models the cell's graphs are, made when called (nncert.pytest_plugin hands these to
+    a driver that compiles ahead; a cell stops at its first failure, so some go unused)."""
+    seed, graphs = item.config.getoption("seed"), item.config.getoption("graphs")
+    return rg.graph_models([item.callspec.params["cell"]], seed, graphs)
+
+
 @pytest.mark.req("ACC-5")
 @pytest.mark.parametrize("cell", matrix(), ids=lambda c: c.label)
 def test_random_graph(cell, driver, pytestconfig, record_property):

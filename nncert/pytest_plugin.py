@@ -346,19 +346,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Tell the driver which models the collected tests will prepare, in order (a test module's
-    ``model_ahead(item)``: a function making the item's model, or None), so that a driver that
-    compiles several models faster together does so (``CompiledDriver.expect``). Not under
-    --isolate: each test's child would start over."""
+    ``models_ahead(item)``: functions making the models the item prepares), so that a driver
+    that compiles several models faster together does so (``CompiledDriver.expect``). Not
+    under --isolate: each test's child would start over."""
     config = session.config
     expect = getattr(config.stash.get(_DRIVER, None), "expect", None)
     if expect is None or config.getoption("isolate"):
         return
     models = []
     for item in session.items:
-        ahead = getattr(getattr(item, "module", None), "model_ahead", None)
-        make = ahead(item) if ahead is not None else None
-        if make is not None:
-            models.append(make)
+        ahead = getattr(getattr(item, "module", None), "models_ahead", None)
+        if ahead is not None:
+            models.extend(ahead(item))
     if models:
         expect(models)
 

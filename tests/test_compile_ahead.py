@@ -68,7 +68,8 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-MODELS = [_unary_model(op, dims=(2, n + 1)) for n, op in enumerate([RELU, TANH, LOGISTIC, ABS, EXP, NEG, TANH])]
+MODELS = [_unary_model(op, dims=(2, n + 1))
+          for n, op in enumerate([RELU, TANH, LOGISTIC, ABS, EXP, NEG, TANH])]
 
 
 def _how_built(driver, model) -> str:
@@ -122,11 +123,26 @@ def test_the_conformance_plugin_tells_the_driver_what_its_tests_prepare(cache_di
     the first test's compilation builds the others' too, which the later tests load."""
     tests = Path(__file__).resolve().parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]))
+    ids = [f"conformance/test_operations.py::test_operation[{op}-float32-s0]"
+           for op in ("TANH", "LOGISTIC", "ELU")]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--crash-guard=off", "--no-three-way",
-         "--driver=test_compile_ahead:TogetherCompiled",
-         *(f"conformance/test_operations.py::test_operation[{op}-float32-s0]" for op in ("TANH", "LOGISTIC", "ELU"))],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--crash-guard=off",
+         "--no-three-way", "--driver=test_compile_ahead:TogetherCompiled", *ids],
         cwd=tests.parent, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
     entries = [p.read_bytes() for p in (cache_dir).glob("*.art")]
     assert len(entries) >= 3 and all(b"together:" in e for e in entries)
+
+
+def test_a_random_graph_campaign_tells_the_driver_every_graph(cache_dir):
+    """``nncert graphs`` (run_cells) and the random-graph suite tell the driver each cell's
+    graphs in the order they run: the first compilation builds the rest with it."""
+    from nncert.testing import random_graphs as rg
+    from nncert.testing.graphs import Cell
+
+    cells = [Cell.parse("single-ADD-1.0"), Cell.parse("small-float32-rank2")]
+    results = rg.run_cells(TogetherCompiled(), cells, seed=0, graphs=3)
+    assert [r.passed for r in results] == [3, 3]
+    entries = [p.read_bytes() for p in cache_dir.glob("*.art")]
+    assert len(entries) >= 6 and all(b"together:" in e for e in entries), \
+        sorted(e.split(b"|")[0][-60:] for e in entries if b"together:" not in e)

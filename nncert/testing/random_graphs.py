@@ -19,6 +19,7 @@ file with the seed, the criteria, the driver's outputs and the verdict;
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -293,8 +294,12 @@ def dump(failure: Failure, directory: Path, driver_spec: str) -> Path:
 def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *,
               shrink_runs: int = SHRINK_RUNS,
               progress: Callable[[CellResult, int, int], None] | None = None) -> list[CellResult]:
-    """``search`` over ``cells`` (the seed of each cell derived from ``seed``)."""
+    """``search`` over ``cells`` (the seed of each cell derived from ``seed``). A driver that
+    compiles ahead (``CompiledDriver.expect``) is told every graph first."""
     cells = list(cells)
+    expect = getattr(driver, "expect", None)
+    if expect is not None:
+        expect(graph_models(cells, seed, graphs))
     results = []
     for i, cell in enumerate(cells):
         r = search(driver, cell, cell_seed(seed, cell), graphs, shrink_runs)
@@ -302,6 +307,17 @@ def run_cells(driver: Driver, cells: Iterable[Cell], seed: int, graphs: int, *,
         if progress:
             progress(r, i + 1, len(cells))
     return results
+
+
+def graph_models(cells: Iterable[Cell], seed: int, graphs: int) -> list[Callable[[], Model]]:
+    """Functions making the models of ``graphs`` graphs of each of ``cells``, in the order
+    ``search`` runs them (what a driver that compiles ahead is told)."""
+    return [functools.partial(_graph_model, cell, cell_seed(seed, cell), index)
+            for cell in cells for index in range(graphs)]
+
+
+def _graph_model(cell: Cell, seed: int, index: int) -> Model:
+    return seeded(cell, seed, index).model()[0]
 
 
 def shard_cells(cells: Iterable[Cell], index: int, count: int) -> list[Cell]:
