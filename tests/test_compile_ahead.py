@@ -146,3 +146,16 @@ def test_a_random_graph_campaign_tells_the_driver_every_graph(cache_dir):
     entries = [p.read_bytes() for p in cache_dir.glob("*.art")]
     assert len(entries) >= 6 and all(b"together:" in e for e in entries), \
         sorted(e.split(b"|")[0][-60:] for e in entries if b"together:" not in e)
+
+
+def test_models_another_process_claimed_are_left_to_it():
+    """Two processes told the same tests (pytest-xdist workers): what one has claimed the other
+    does not compile ahead; it compiles such a model alone if it needs it first."""
+    driver = TogetherCompiled()
+    others = [m for m in MODELS if m.main.operations[0].type in (TANH, EXP)]
+    held = driver.compile_cache.claim(driver._uncached(others))
+    assert held
+    driver.expect([lambda m=m: m for m in MODELS])
+    built = _run_all(driver)
+    assert built == ["alone" if m.main.operations[0].type in (TANH, EXP) else "together" for m in MODELS]
+    driver.compile_cache.release(held)

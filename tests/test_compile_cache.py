@@ -110,3 +110,24 @@ def test_the_cache_option(tmp_path, monkeypatch):
     assert from_option(str(tmp_path / "mine"), "x", "v1").directory == tmp_path / "mine"
     with pytest.raises(ValueError, match="cache=''"):
         from_option("", "x", "v1")
+
+
+def test_a_claim_is_held_once_and_taken_over_when_its_process_is_gone(tmp_path):
+    """Processes told the same work (pytest-xdist workers compiling ahead) claim keys before
+    building them: a held claim keeps the key from another, an ended process's claim does not."""
+    import subprocess
+    import sys
+
+    cache = CompileCache("x", "v1", tmp_path)
+    assert cache.claim(["a", "b"]) == ["a", "b"]
+    assert cache.claim(["a", "b", "c"]) == ["c"]  # held by a live process (this one)
+    cache.release(["a"])
+    assert cache.claim(["a"]) == ["a"]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (tmp_path / "b.claim").write_text(gone)  # its process has ended: stale
+    assert cache.claim(["b"]) == ["b"]
+    (tmp_path / "d.claim").symlink_to(tmp_path / "elsewhere")
+    assert cache.claim(["d"]) == ["d"] and not (tmp_path / "elsewhere").exists()
+    cache.release(["a", "b", "c", "d"])
+    assert not list(tmp_path.glob("*.claim"))

@@ -16,15 +16,18 @@ is written whole under a temporary name and renamed into place (concurrent runs 
 half an entry) and carries the sha256 of its payload, checked on every read: a corrupted or
 truncated entry is removed and compiled again (counted in ``stats``), never loaded. The
 cache is bounded (``NNCERT_COMPILE_CACHE_MB``, default 2048): past the bound the entries
-used longest ago are removed.
+used longest ago are removed. A process about to compile entries ahead claims them first
+(``claim``: a file per key beside the entries), so that processes told the same work share it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nncert import files
@@ -118,6 +121,36 @@ class CompileCache:
             self.put(key, artefact)
         return artefact
 
+    def claim(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` this process may build now, each marked by a claim file made
+        atomically: another process about to build the same (a pytest-xdist worker compiling
+        ahead the same tests) leaves them to this one. A claim whose process has ended, or
+        older than ``CLAIM_S``, is taken over. ``release`` removes them."""
+        mine = []
+        for key in keys:
+            path = self.directory / f"{key}.claim"
+            for _ in range(2):
+                try:
+                    fd = os.open(path, _CLAIM_FLAGS, 0o600)
+                except FileExistsError:
+                    if _claim_held(path):
+                        break
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    continue
+                except OSError:
+                    break
+                with os.fdopen(fd, "w") as f:
+                    f.write(str(os.getpid()))
+                mine.append(key)
+                break
+        return mine
+
+    def release(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            with contextlib.suppress(OSError):
+                os.unlink(self.directory / f"{key}.claim")
+
     def trim(self) -> None:
         """Remove the entries used longest ago until the cache is within its bound."""
         entries = []
@@ -137,6 +170,36 @@ class CompileCache:
             except OSError:
                 pass
             total -= size
+
+
+#: Seconds after which a claim (``CompileCache.claim``) is another process's no longer.
+CLAIM_S = 900.0
+_CLAIM_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _claim_held(path: Path) -> bool:
+    """Whether the claim file ``path`` is held: its process lives and it is recent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if time.time() - os.fstat(fd).st_mtime > CLAIM_S:
+            return False
+        pid = int(os.read(fd, 32) or b"0")
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's (this directory is private: not expected)
+        pass
+    return True
 
 
 def from_option(value: str, driver_name: str, version: str) -> CompileCache | None:

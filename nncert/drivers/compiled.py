@@ -457,10 +457,16 @@ class CompiledDriver(Driver):
             for key, content in self._uncached(targets).items():
                 if key not in self._ahead_failed:
                     entries.setdefault(key, content)
-        if len(entries) < 2:
-            return  # nothing to gain: compiled alone where it is needed
-        left = build_ahead(self, list(entries.items()))
-        self._ahead_failed.update(entries if left is None else left)
+        # Those another process is compiling (a pytest-xdist worker told the same tests) are
+        # its to build: a test that needs one first compiles it alone.
+        mine = self.compile_cache.claim(entries)
+        try:
+            if len(mine) < 2:
+                return  # nothing to gain: compiled alone where it is needed
+            left = build_ahead(self, [(key, entries[key]) for key in mine])
+        finally:
+            self.compile_cache.release(mine)
+        self._ahead_failed.update(mine if left is None else left)
 
     def _uncached(self, models: Sequence[Model]) -> dict[str, bytes]:
         """The translated bytes of those of ``models`` the compile cache has not got, by key
