@@ -181,9 +181,9 @@ def _child(driver: CompiledDriver) -> ProbeChild:
 def build_ahead(driver: CompiledDriver, entries: list[tuple[str, bytes]]) -> list[str] | None:
     """Have the driver's probe child compile the translated models of ``entries`` (cache key,
     content) together into the compile cache (``compile_together``): the keys it did not
-    compile, or None when it died or took more than ``AHEAD_S_PER_MODEL`` a model (it is then
-    replaced, as after a probe; nothing is judged from it: what it did not compile is compiled
-    alone, where a probe or a preparation needs it)."""
+    compile, or None when it died or ran past ``AHEAD_S`` plus ``AHEAD_S_PER_MODEL`` a model
+    (it is then replaced, as after a probe; nothing is judged from it: what it did not compile
+    is compiled alone, where a probe or a preparation needs it)."""
     child = _child(driver)
     answer = child.request(("build", entries), AHEAD_S + AHEAD_S_PER_MODEL * len(entries))
     keys = {key for key, _ in entries}
@@ -197,28 +197,33 @@ def build_ahead(driver: CompiledDriver, entries: list[tuple[str, bytes]]) -> lis
 
 def compile_together(driver: CompiledDriver, entries: list[tuple[str, bytes]]) -> list[str]:
     """In the probe child: ``driver.build_together`` of ``entries`` (cache key, translated
-    content), each artefact stored under its key. The models the runtime refuses are left out
-    and the rest tried again; where it does not say which, each half is tried. The keys of
-    those refused are returned: the probe or the preparation compiles them alone, and says why."""
+    content), each artefact stored under its key. The models the runtime says it refuses are
+    left out and the rest tried again; where it does not say which, each half is tried. The
+    keys of those refused are returned: the probe or the preparation compiles them alone, and
+    says why."""
     from nncert.drivers.compiled import RefusedTogether
 
     if not entries:
         return []
+    out: set[int] = set()
     try:
         artefacts = driver.build_together([content for _, content in entries])
     except RefusedTogether as e:
-        out = set(e.refused)
+        out = {n for n in e.refused if 0 <= n < len(entries)}
+    except Exception:
+        pass
+    else:
+        assert driver.compile_cache is not None
+        for (key, _), artefact in zip(entries, artefacts, strict=True):
+            driver.compile_cache.put(key, artefact)
+        return []
+    if out:
         return [entries[n][0] for n in sorted(out)] + compile_together(
             driver, [entry for n, entry in enumerate(entries) if n not in out])
-    except Exception:
-        if len(entries) == 1:
-            return [entries[0][0]]
-        half = len(entries) // 2
-        return compile_together(driver, entries[:half]) + compile_together(driver, entries[half:])
-    assert driver.compile_cache is not None
-    for (key, _), artefact in zip(entries, artefacts, strict=True):
-        driver.compile_cache.put(key, artefact)
-    return []
+    if len(entries) == 1:
+        return [entries[0][0]]
+    half = len(entries) // 2
+    return compile_together(driver, entries[:half]) + compile_together(driver, entries[half:])
 
 
 # -- what is probed --
