@@ -23,6 +23,7 @@ from nncert.drivers.base import (
 )
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import DriverFault, HalError, ValidationError
+from nncert.hal.memory import Memory
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import LATEST, ErrorStatus, MeasureTiming, OperandType, OperationType
 from nncert.hal.validation import validate_model
@@ -318,6 +319,7 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     expected_dims = [tuple(e.shape) for e in expected]
     # Built first, so that a synchronous run is asked for with the claim (Driver.first_run).
     request = build_request(model, feeds, expected_dims, pool_kind=pool_kind)
+    inputs_before = _input_pool_bytes(request)
     reason, first = claim(driver, model, request if path == "sync" else None)
     if reason:
         if standalone.ACTIVE is not None and standalone.ACTIVE.declined:  # what the driver declines
@@ -340,6 +342,9 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
         short = [i for i, s in enumerate(shapes) if not s.is_sufficient]
         if short:
             raise CaseError(f"EXE-4: a successful run reported output(s) {short} as insufficient")
+    if _input_pool_bytes(request) != inputs_before:
+        raise CaseError("MEM-2: the execution wrote into its input memory, which the driver may only read "
+                        "(an operation run in place on the caller's input?)")
     actual = read_outputs(model, request, expected_dims)
     if variation == "output_consumed":  # the outputs, then their copies read back by ADD
         n, base = len(case.expected), case.model(pool_kind=pool_kind)[0]
@@ -350,6 +355,14 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
     if problems:
         raise CaseError("; ".join(problems), actual)
     return None
+
+
+def _input_pool_bytes(request: Request) -> list[bytes]:
+    """The bytes of every shared-memory pool that holds an input and no output: what the
+    driver reads and must leave as it is."""
+    written = {a.location.pool_index for a in request.outputs}
+    pools = sorted({a.location.pool_index for a in request.inputs if not a.has_no_value} - written)
+    return [bytes(request.pools[p].view()) for p in pools if isinstance(request.pools[p], Memory)]
 
 
 def _criterion_note(case: OpCase) -> str:

@@ -9,7 +9,7 @@ import os
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.memory import Memory, MmapFdMemory
 from nncert.hal.model import Model, OutputShape, Request, Timing, dtype_of
-from nncert.hal.types import MeasureTiming, OperandLifeTime
+from nncert.hal.types import MeasureTiming, OperandLifeTime, OperationType
 
 #: The row stride of PaddedRows's output DMA, in bytes.
 ROW_ALIGN = 16
@@ -129,6 +129,32 @@ class OutputsInOperandOrder(MutantDriver):
     prepared_class = Prepared
 
 
+class UnaryInPlace(MutantDriver):
+    """Runs a model of one element-wise unary operation (LOGISTIC, TANH, RELU...) in place on
+    the request's input memory, zero-copy, and then copies the result to the output: the
+    caller's input buffer comes back holding the result (MEM-2). The outputs are right."""
+
+    name = "unary_in_place"
+    UNARY = frozenset({OperationType.ABS, OperationType.EXP, OperationType.FLOOR, OperationType.LOGISTIC,
+                       OperationType.NEG, OperationType.RELU, OperationType.RELU1, OperationType.RELU6,
+                       OperationType.SQRT, OperationType.TANH})
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            result = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            ops = self.model.main.operations
+            if len(ops) == 1 and ops[0].type in UnaryInPlace.UNARY and request.inputs and request.outputs:
+                src, dst = request.inputs[0].location, request.outputs[0].location
+                into, frm = request.pools[src.pool_index], request.pools[dst.pool_index]
+                if src.length == dst.length and isinstance(into, Memory) and isinstance(frm, Memory):
+                    result_bytes = frm.view()[dst.offset:dst.offset + dst.length]
+                    into.view()[src.offset:src.offset + src.length] = result_bytes
+            return result
+
+    prepared_class = Prepared
+
+
 def _from_file_start(pool: object) -> object:
     """An mmap_fd pool mapped from the start of its file, as a driver that drops the offset of
     the memory it received does; any other pool as it is."""
@@ -172,5 +198,7 @@ MUTANT_INFO = (
     MutantInfo(InputsAtPoolStart, "MEM-2", suite="test_pools.py", args=("-k", "row_major")),
     MutantInfo(InputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
     MutantInfo(OutputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
+    MutantInfo(UnaryInPlace, "MEM-2", suite="test_operations.py",
+               args=("-k", "TANH-float32-s0 and not relaxed and not dynamic")),
     MutantInfo(MmapFdAtFileStart, "MEM-3", suite="test_pools.py", args=("-k", "mmap_fd and not burst")),
 )
