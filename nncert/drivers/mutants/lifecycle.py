@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Buffer, Deadline, PreparedModel
+from nncert.drivers.base import Buffer, Deadline, ExecutionResult, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import (
@@ -107,6 +107,31 @@ class LazyFirstExecution(MutantDriver):
     prepared_class = Prepared
 
 
+class LazyAsyncWorkers(MutantDriver):
+    """Starts its pool of workers for asynchronous and fenced executions at the first such
+    execution of the driver: that one takes ``DELAY_S`` longer (DRV-6). Synchronous
+    executions never wait, so a first-execution check on that path alone passes it."""
+
+    name = "lazy_async_workers"
+    DELAY_S = 0.1
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.workers_started = False
+
+    class Prepared(MutantPreparedModel):
+        # The base class's asynchronous and fenced paths both run through _run.
+        def _run(self, request: Request, measure: MeasureTiming, deadline: Deadline,
+                 loop_timeout: int | None) -> ExecutionResult:
+            driver = self.driver
+            if not driver.workers_started:  # type: ignore[attr-defined]
+                time.sleep(LazyAsyncWorkers.DELAY_S)
+                driver.workers_started = True  # type: ignore[attr-defined]
+            return super()._run(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class UnmeasuredPower(MutantDriver):
     """Measures execution times but not power: every power_usage it reports is 0.0, which
     NNAPI's capability validation rejects (each figure must be above 0). Its answers are
@@ -182,6 +207,7 @@ MUTANT_INFO = (
     MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LazyFirstExecution, "DRV-6", suite="test_lifecycle.py"),
+    MutantInfo(LazyAsyncWorkers, "DRV-6", suite="test_lifecycle.py", args=("-k", "first_execution")),
     MutantInfo(LeaksFailedJobs, "DRV-5", suite="test_lifecycle.py", args=("-k", "failed_calls")),
     MutantInfo(KeepsCacheHandles, "DRV-5", suite="test_lifecycle.py", args=("-k", "released_models")),
 )
