@@ -144,6 +144,21 @@ class CacheIgnoresDeadline(MutantDriver):
         return super().prepare_model_from_cache(None, model_cache, data_cache, token)
 
 
+class CacheWallClockDeadline(MutantDriver):
+    """Compares the deadline of prepare_model_from_cache, a time point of the monotonic clock,
+    with the wall clock: every finite deadline looks long past and every cache hit given one
+    is refused with MISSED_DEADLINE_TRANSIENT (EXE-10). prepare_model and executions read
+    their deadlines right."""
+
+    name = "cache_wall_clock_deadline"
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        if deadline is not None and time.time_ns() >= deadline:
+            raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before loading the cache")
+        return super().prepare_model_from_cache(None, model_cache, data_cache, token)
+
+
 class AssertsDataCache(MutantDriver):
     """Keeps a checksum of each data cache it wrote and asserts it on loading: a tampered data
     cache kills the driver (an assertion) where at worst wrong values are allowed (CACHE-3)."""
@@ -227,4 +242,5 @@ MUTANT_INFO = (
     MutantInfo(SharedScratch, "CACHE-7", suite="test_caching.py", args=("-k", "concurrent")),
     MutantInfo(PadsToken, "VAL-1", suite="test_caching.py", args=("-k", "wrong_length")),
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
+    MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
 )
