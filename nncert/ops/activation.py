@@ -73,7 +73,7 @@ def _unary_sampler(span: float, params: dict[str, tuple[float, float]]) -> Calla
 def _unary(op: Op, fn: Callable[..., np.ndarray], table: dict[Version, tuple[T, ...]], *,
            out_quant: Quant = FREE, ranks: tuple[int, ...] | None = UP_TO_4, span: float = 4.0,
            params: dict[str, tuple[float, float]] | None = None, criterion: str = "medium",
-           doc: str = "") -> OpRecord:
+           edges_: tuple = (), doc: str = "") -> OpRecord:
     """An element-wise activation; ``params`` are float scalars (typed like the input's
     elements) passed to ``fn`` by name, with the range the sampler draws them from."""
     params = params or {}
@@ -86,13 +86,32 @@ def _unary(op: Op, fn: Callable[..., np.ndarray], table: dict[Version, tuple[T, 
         return [fn(ctx.value("input"), **{p: ctx.value(p) for p in params})]
 
     return OpRecord(op, (sig,), by_version(table), kernel, same_shape, _unary_sampler(span, params),
-                    criterion=criterion, doc=doc)
+                    criterion=criterion, edges=edges_, doc=doc)
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
     # exp of a non-positive argument only: no overflow warnings for large |x|.
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _far_tails(s: SampleContext) -> None:
+    """Rows of 4..8 values in [-100, 100], the first of each row in [90, 100] and the second in
+    [-100, -90]: past where exp(x) overflows float32 (88.7) and float16 (11.1), and exp(2x)
+    (44.4, 5.5)."""
+    dims = (s.draw.int(1, 3), s.draw.int(4, 8))
+    x = s.draw.array(dims, -100.0, 100.0)
+    x[:, 0] = s.draw.array(dims[:1], 90.0, 100.0)
+    x[:, 1] = -s.draw.array(dims[:1], 90.0, 100.0)
+    s.tensor("input", dims, value=x)
+
+
+# LOGISTIC's and TANH's own edge: the generated inputs stay within +-6, where a kernel that
+# divides exponentials (exp(x) / (1 + exp(x)), (exp(2x) - 1) / (exp(2x) + 1)) is still right.
+_FAR_TAILS = edges.Edge(
+    "far_tails", "own", "float inputs up to +-100: the function saturates to its bounds, where "
+    "a quotient of overflowing exponentials is inf / inf (NaN)",
+    applies=lambda record, sig, var_: not var_.primary.is_quant, sample=_far_tails)
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
@@ -136,9 +155,10 @@ RECORDS = [
     _unary(Op.RELU6, lambda x: np.clip(x, 0.0, 6.0), _CLASSIC, out_quant=same_as("input"),
            span=8.0, criterion="strict", doc="min(6, max(0, input))"),
     _unary(Op.LOGISTIC, _logistic, _CLASSIC, out_quant=fixed(1 / 256, 0), span=6.0,
-           criterion="relaxed", doc="1 / (1 + exp(-input))"),
+           criterion="relaxed", edges_=(_FAR_TAILS,), doc="1 / (1 + exp(-input))"),
     _unary(Op.TANH, np.tanh, {Version.V1_0: (_F32,), Version.V1_2: (_F16, _Q8), Version.V1_3: (_Q8S,)},
-           out_quant=fixed(1 / 128, 128), span=4.0, criterion="relaxed", doc="tanh(input)"),
+           out_quant=fixed(1 / 128, 128), span=4.0, criterion="relaxed", edges_=(_FAR_TAILS,),
+           doc="tanh(input)"),
     _unary(Op.HARD_SWISH, _hard_swish, {Version.V1_3: (_F32, _F16, _Q8, _Q8S)}, ranks=None, span=5.0,
            criterion="medium", doc="input * min(6, max(0, input + 3)) / 6"),
     _unary(Op.ELU, _elu, {Version.V1_3: (_F32, _F16)}, ranks=None, span=3.0,

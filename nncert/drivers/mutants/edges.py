@@ -317,6 +317,26 @@ class UnshiftedSoftmax(MutantDriver):
         return [y.astype(results[0].dtype)]
 
 
+class ExpQuotientOverflow(MutantDriver):
+    """Float LOGISTIC and TANH as quotients of exponentials in the input's precision,
+    exp(x) / (1 + exp(x)) and (exp(2x) - 1) / (exp(2x) + 1): exact where the generated inputs
+    lie (+-6), inf / inf = NaN once exp overflows (LOGISTIC past 88.7 in float32 and 11.1 in
+    float16, TANH past half of that)."""
+
+    name = "exp_quotient_overflow"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.LOGISTIC, Op.TANH) or not outputs[0].type.is_float:
+            return results
+        x = np.asarray(inputs[0])
+        with np.errstate(over="ignore", invalid="ignore"):
+            if op.type is Op.LOGISTIC:
+                e = np.exp(x)
+                return [(e / (1 + e)).astype(results[0].dtype)]
+            e = np.exp(x + x)
+            return [((e - 1) / (e + 1)).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -342,4 +362,6 @@ MUTANT_INFO = (
                args=("-k", "edge_quant_every_value and sync")),
     MutantInfo(UnshiftedSoftmax, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_large_logits and sync")),
+    MutantInfo(ExpQuotientOverflow, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_far_tails and sync")),
 )
