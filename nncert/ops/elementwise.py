@@ -174,15 +174,29 @@ def _sample_floor(s: SampleContext) -> None:
 def unary(op: Op, fn: Callable[[np.ndarray], np.ndarray], versions: dict[Version, tuple[T, ...]], *,
           doc: str, criterion: str, domain: str | None = None,
           ranks: tuple[int, ...] | None = None, discrete: bool = False,
-          sample: Callable[[SampleContext], None] = sample_unary) -> OpRecord:
+          sample: Callable[[SampleContext], None] = sample_unary, edges_: tuple = ()) -> OpRecord:
     """An ``output = fn(input)`` record; quantised outputs (if any) have free parameters."""
     sig = Signature(inputs=(Arg("input", ranks=ranks, domain=domain),), outputs=(Arg("output"),))
     return OpRecord(op, (sig,), by_version(versions), lambda ctx: [fn(ctx.value("input"))],
-                    _same_shape, sample, criterion=criterion, discrete=discrete, doc=doc)
+                    _same_shape, sample, criterion=criterion, discrete=discrete, edges=edges_, doc=doc)
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
     return 1.0 / np.sqrt(x)
+
+
+def _zeros_among(s: SampleContext) -> None:
+    """Positive values (the domain's) with every other element exactly 0."""
+    dims = (s.draw.int(1, 3), s.draw.int(2, 6))
+    x = s.draw.array(dims, 0.1, 2.0)
+    x.reshape(-1)[::2] = 0.0
+    s.tensor("input", dims, value=x)
+
+
+# SQRT's own edge: its domain's generated values are 0.1..2, never the one input where
+# x * rsqrt(x) (a common lowering) is 0 * inf.
+_ZERO_INPUT = edges.Edge("zero_input", "own", "inputs of exactly 0 among positive ones: sqrt(0) = 0",
+                         sample=_zeros_among)
 
 
 # ---------------------------------------------------------------------------------------
@@ -230,7 +244,7 @@ RECORDS = [
     unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed",
           doc="natural logarithm of input (input > 0)"),
     unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", doc="sine of input (radians)"),
-    unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed",
+    unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed", edges_=(_ZERO_INPUT,),
           doc="square root of input (input >= 0)"),
     unary(Op.RSQRT, _rsqrt, {Version.V1_2: _F, Version.FL7: (*_Q8, *_Q8S)}, domain="positive",
           criterion="relaxed",

@@ -337,6 +337,20 @@ class ExpQuotientOverflow(MutantDriver):
             return [((e - 1) / (e + 1)).astype(results[0].dtype)]
 
 
+class SqrtViaRsqrt(MutantDriver):
+    """SQRT lowered to x * rsqrt(x), as fast-math compilers do: right for every positive input,
+    0 * inf = NaN at 0."""
+
+    name = "sqrt_via_rsqrt"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.SQRT:
+            return results
+        x = np.asarray(inputs[0])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [(x * (1 / np.sqrt(x))).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -364,4 +378,5 @@ MUTANT_INFO = (
                args=("-k", "edge_large_logits and sync")),
     MutantInfo(ExpQuotientOverflow, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_far_tails and sync")),
+    MutantInfo(SqrtViaRsqrt, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_input and sync")),
 )
