@@ -199,6 +199,19 @@ _ZERO_INPUT = edges.Edge("zero_input", "own", "inputs of exactly 0 among positiv
                          sample=_zeros_among)
 
 
+def _many_periods(s: SampleContext) -> None:
+    """Magnitudes of 10..100 (two to sixteen periods), either sign."""
+    dims = (s.draw.int(1, 3), s.draw.int(2, 6))
+    sign = np.where(s.draw.integers(dims, 0, 1) == 1, 1.0, -1.0)
+    s.tensor("input", dims, value=sign * s.draw.array(dims, 10.0, 100.0))
+
+
+# SIN's own edge: generated inputs lie within +-2, inside the first period, where a kernel
+# that does not reduce its argument (or reduces it by one period only) is still right.
+_MANY_PERIODS = edges.Edge("many_periods", "own", "inputs of magnitude 10..100 (radians): the "
+                           "argument must be reduced modulo 2 pi", sample=_many_periods)
+
+
 # ---------------------------------------------------------------------------------------
 
 _F = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
@@ -243,7 +256,8 @@ RECORDS = [
     unary(Op.EXP, np.exp, _FLOAT_ONLY, criterion="relaxed", doc="e ** input"),
     unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed",
           doc="natural logarithm of input (input > 0)"),
-    unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", doc="sine of input (radians)"),
+    unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", edges_=(_MANY_PERIODS,),
+          doc="sine of input (radians)"),
     unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed", edges_=(_ZERO_INPUT,),
           doc="square root of input (input >= 0)"),
     unary(Op.RSQRT, _rsqrt, {Version.V1_2: _F, Version.FL7: (*_Q8, *_Q8S)}, domain="positive",

@@ -5,6 +5,7 @@ cases never reach them; conformance/test_operations.py::test_operation_edge must
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -351,6 +352,24 @@ class SqrtViaRsqrt(MutantDriver):
             return [(x * (1 / np.sqrt(x))).astype(results[0].dtype)]
 
 
+class SinOnePeriod(MutantDriver):
+    """SIN brings its argument into [-pi, pi] by subtracting one period at most, then evaluates
+    a polynomial of degree 11 fitted there: right for |x| < 3 pi, growing without bound beyond."""
+
+    name = "sin_one_period"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.SIN:
+            return results
+        x = np.asarray(inputs[0], np.float64)
+        y = np.where(np.abs(x) > np.pi, x - np.sign(x) * 2 * np.pi, x)
+        if (np.abs(y) <= np.pi).all():
+            return results
+        poly = sum((-1) ** k * y ** (2 * k + 1) / math.factorial(2 * k + 1) for k in range(6))
+        with np.errstate(over="ignore"):
+            return [np.where(np.abs(y) <= np.pi, np.sin(y), poly).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -379,4 +398,5 @@ MUTANT_INFO = (
     MutantInfo(ExpQuotientOverflow, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_far_tails and sync")),
     MutantInfo(SqrtViaRsqrt, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_input and sync")),
+    MutantInfo(SinOnePeriod, "ACC-1", suite="test_operations.py", args=("-k", "edge_many_periods and sync")),
 )
