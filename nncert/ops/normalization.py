@@ -176,6 +176,24 @@ _LARGE_LOGITS = edges.Edge(
     "is subtracted first", applies=lambda record, sig, var_: not var_.primary.is_quant,
     adjust=_large_logits)
 
+def _wide_logits(s: SampleContext) -> None:
+    """Rows of 4..8 along the last axis, at beta 1: the first of each 110..200 below the
+    others (which lie in [-2, 2])."""
+    dims = (s.draw.int(1, 3), s.draw.int(4, 8))
+    x = s.draw.array(dims, -2.0, 2.0)
+    x[:, 0] = -s.draw.array(dims[:1], 110.0, 200.0)
+    s.tensor("input", dims, value=x)
+    s.scalar("beta", 1.0)
+    s.scalar("axis", -1)
+
+
+# LOG_SOFTMAX's own edge: a logit 110..200 below its row's maximum, whose softmax underflows
+# float32 (below 1.4e-45) while its log-softmax is an ordinary -110..-200: log(softmax(x))
+# gives -inf. The generated inputs (+-2) and the large logits (80..120) are never that far apart.
+_WIDE_LOGITS = edges.Edge(
+    "wide_logits", "own", "float logits 110..200 below the row's maximum at beta 1: the "
+    "probability underflows, its logarithm must not", sample=_wide_logits)
+
 _LONG_SOFTMAX = edges.long_reduction(_long_softmax_sample,
                                      f"two rows of {LONG_AXIS}, the sum of exponentials mostly small terms")
 _AXIS_OF_1 = edges.axis_of_1("axis")
@@ -198,7 +216,8 @@ _LOG_SOFTMAX = OpRecord(
                outputs=(Arg("output"),)),),
     by_version({Version.V1_2: (_F32, _F16)}),
     _log_softmax, same_shape, _softmax_sampler(None, axis_optional=False),
-    criterion="relaxed", check=_check(positive=("beta",)), edges=(_AXIS_OF_1, _LONG_SOFTMAX, _LARGE_LOGITS),
+    criterion="relaxed", check=_check(positive=("beta",)),
+    edges=(_AXIS_OF_1, _LONG_SOFTMAX, _LARGE_LOGITS, _WIDE_LOGITS),
     doc="beta * x - log(sum(exp(beta * x))) over the 1-D slices of input along axis",
 )
 

@@ -370,6 +370,24 @@ class SinOnePeriod(MutantDriver):
             return [np.where(np.abs(y) <= np.pi, np.sin(y), poly).astype(results[0].dtype)]
 
 
+class LogOfSoftmax(MutantDriver):
+    """LOG_SOFTMAX lowered to log(softmax(x)), the softmax in float32 with the maximum
+    subtracted: right while every probability is a float32, -inf for a logit 104 or more
+    below its slice's maximum (the probability underflows)."""
+
+    name = "log_of_softmax"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.LOG_SOFTMAX:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        x = np.asarray(inputs[0], np.float32) * np.float32(inst.scalar("beta"))
+        axis = normalize_axis(int(inst.scalar("axis")), x.ndim, "axis")
+        with np.errstate(divide="ignore", under="ignore"):
+            e = np.exp(x - x.max(axis=axis, keepdims=True))
+            return [np.log(e / e.sum(axis=axis, keepdims=True)).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -399,4 +417,5 @@ MUTANT_INFO = (
                args=("-k", "edge_far_tails and sync")),
     MutantInfo(SqrtViaRsqrt, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_input and sync")),
     MutantInfo(SinOnePeriod, "ACC-1", suite="test_operations.py", args=("-k", "edge_many_periods and sync")),
+    MutantInfo(LogOfSoftmax, "ACC-1", suite="test_operations.py", args=("-k", "edge_wide_logits and sync")),
 )
