@@ -139,12 +139,31 @@ def _long_reduce_sample(s: SampleContext) -> None:
     s.scalar("keep_dims", keep if s.type("keep_dims") is T.BOOL else int(keep))
 
 
+def _duplicate_axis(s: SampleContext) -> None:
+    """One of the drawn axes named a second time, in the other form (1 and 1 - rank)."""
+    item = s.inputs["axes"]
+    axes = [int(a) for a in np.asarray(item.value).reshape(-1)]
+    rank = len(s.inputs["input"].dims)
+    a = axes[s.draw.int(0, len(axes) - 1)]
+    axes.append(a - rank if a >= 0 else a + rank)
+    item.value = np.asarray(axes, np.int32)
+    item.dims = (len(axes),)
+
+
+# The reductions' own edge: NNAPI asks only that each axis be in [-rank, rank), and Android
+# (as TFLite) reduces each named dimension once; the sampler draws distinct axes, so a driver
+# that counts an axis named twice (MEAN dividing by its size twice) passed every case.
+_DUPLICATE_AXIS = edges.Edge(
+    "duplicate_axis", "own", "an axis named twice in axes, once as a negative index: it is "
+    "reduced once", adjust=_duplicate_axis)
+
+
 def _reduce(op: Op, fn: Callable[..., np.ndarray], versions: dict[V, tuple[T, ...]], *,
             keep_type: T = T.BOOL, quant: Quant = FREE, domain: str | None = None,
             max_count: int | None = None, criterion: str = "relaxed", long: bool = True,
-            doc: str = "") -> OpRecord:
+            duplicates: bool = False, doc: str = "") -> OpRecord:
     vs = tuple(v for version, types in versions.items() for v in variants(version, *types))
-    own = (edges.axis_of_1("axes"),)
+    own = (edges.axis_of_1("axes"),) + ((_DUPLICATE_AXIS,) if duplicates else ())
     if long:
         own += (edges.long_reduction(_long_reduce_sample, f"{LONG} elements per output, extremes "
                                                           f"past index 65536"),)
@@ -224,14 +243,14 @@ _BOOL = {V.V1_2: (T.TENSOR_BOOL8,)}
 RECORDS = [
     _reduce(Op.MEAN, np.mean,
             {V.V1_1: (T.TENSOR_FLOAT32, _Q8), V.V1_2: (T.TENSOR_FLOAT16,), V.V1_3: (_Q8S,)},
-            keep_type=T.INT32, quant=same_as("input"), max_count=16,
+            keep_type=T.INT32, quant=same_as("input"), max_count=16, duplicates=True,
             doc="mean of input over the listed axes (keep_dims > 0 keeps them as size 1)"),
-    _reduce(Op.REDUCE_SUM, np.sum, _FLOATS, max_count=8,
+    _reduce(Op.REDUCE_SUM, np.sum, _FLOATS, max_count=8, duplicates=True,
             doc="sum of input over the listed axes"),
     # No long product: thousands of factors in (-1, 1) underflow to zero.
-    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False,
+    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False, duplicates=True,
             doc="product of input over the listed axes"),
-    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"),
+    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"), duplicates=True,
             doc="maximum of input over the listed axes"),
     _reduce(Op.REDUCE_MIN, np.min, _FLOATS_Q8, quant=same_as("input"),
             doc="minimum of input over the listed axes"),

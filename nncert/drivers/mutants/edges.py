@@ -388,6 +388,25 @@ class LogOfSoftmax(MutantDriver):
             return [np.log(e / e.sum(axis=axis, keepdims=True)).astype(results[0].dtype)]
 
 
+class MeanCountsAxesListed(MutantDriver):
+    """MEAN divides by the product of the sizes of the axes as listed: an axis named twice
+    (1 and 1 - rank) is reduced once but counted twice. Right for distinct axes."""
+
+    name = "mean_counts_axes_listed"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.MEAN:
+            return results
+        rank = np.ndim(inputs[0])
+        listed = [normalize_axis(int(a), rank, "axes") for a in np.asarray(inputs[1]).reshape(-1)]
+        if len(set(listed)) == len(listed):
+            return results
+        dims = np.shape(inputs[0])
+        extra = math.prod(dims[a] for a in listed) // math.prod(dims[a] for a in set(listed))
+        real = evaluate_real(get(op.type), operands, inputs, outputs)[0]
+        return [from_real(np.asarray(real) / extra, outputs[0])]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -418,4 +437,6 @@ MUTANT_INFO = (
     MutantInfo(SqrtViaRsqrt, "ACC-1", suite="test_operations.py", args=("-k", "edge_zero_input and sync")),
     MutantInfo(SinOnePeriod, "ACC-1", suite="test_operations.py", args=("-k", "edge_many_periods and sync")),
     MutantInfo(LogOfSoftmax, "ACC-1", suite="test_operations.py", args=("-k", "edge_wide_logits and sync")),
+    MutantInfo(MeanCountsAxesListed, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_duplicate_axis and MEAN and float and sync")),
 )
