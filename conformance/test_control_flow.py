@@ -209,6 +209,32 @@ def _expect_missed(driver, loop_timeout: int | None, path: str, within_s: float)
     assert elapsed < within_s, f"EXE-9: the loop was stopped after {elapsed:.2f} s, not within {within_s} s"
 
 
+#: A loop timeout that a loop of a few turns cannot exceed, and how long after its preparation
+#: the model first runs such a loop under it.
+FEW_TURNS_LOOP_TIMEOUT_NS = 100_000_000
+PREPARED_AGE_S = 0.3
+
+
+@pytest.mark.req("EXE-9")
+def test_loop_timeout_counts_from_each_execution(driver):
+    """The loop timeout bounds a loop from the start of the execution that runs it: a prepared
+    model older than its loop timeout still runs a three-turn WHILE under a 100 ms one, on
+    every path (a driver that arms the timer when it prepares the model fails every loop once
+    the model is that old)."""
+    model = counting_while_model()
+    prepared = prepare_or_skip(driver, model)
+    time.sleep(PREPARED_AGE_S)
+    for path in PATHS:
+        request = build_request(model, counting_feeds(100, 0, 3))
+        try:
+            execute(prepared, request, path, loop_timeout=FEW_TURNS_LOOP_TIMEOUT_NS)
+        except HalError as e:
+            pytest.fail(f"EXE-9: a {path} run of a three-turn WHILE under a "
+                        f"{FEW_TURNS_LOOP_TIMEOUT_NS // 10**6} ms loop timeout, {PREPARED_AGE_S} s after "
+                        f"preparation, failed: {e}")
+        check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)
+
+
 @pytest.mark.req("EXE-9", "EXE-10")
 @pytest.mark.parametrize("path", [*PATHS, *FAST_PATHS])
 def test_endless_while_stops_at_the_loop_timeout(driver, path):

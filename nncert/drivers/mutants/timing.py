@@ -13,7 +13,7 @@ from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
-from nncert.ops.interpreter import current_budget, execution_budget
+from nncert.ops.interpreter import current_budget, execution_budget, loop_timeout_of
 
 
 class IgnoresDeadlines(MutantDriver):
@@ -92,6 +92,27 @@ class FastFenceDefaultLoopTimeout(MutantDriver):
     prepared_class = Prepared
 
 
+class LoopTimerFromPreparation(MutantDriver):
+    """Arms the WHILE loop timer when it prepares the model, not when an execution starts:
+    each execution's loops get what is left of the loop timeout since the preparation, so once
+    the prepared model is older than its loop timeout every loop fails at once (EXE-9)."""
+
+    name = "loop_timer_from_preparation"
+
+    class Prepared(MutantPreparedModel):
+        def __init__(self, model: Model, driver: MutantDriver) -> None:
+            super().__init__(model, driver)
+            self.armed_ns = time.monotonic_ns()
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            left = self.armed_ns + loop_timeout_of(loop_timeout) - time.monotonic_ns()
+            return super().execute_synchronously(request, measure, deadline, max(0, left))
+
+    prepared_class = Prepared
+
+
 class WarmBurstNoDeadline(MutantDriver):
     """A burst whose slots are all cached already takes a fast path that never looks at the
     deadline; its first run over new memories, and every other path, honour it (EXE-10)."""
@@ -150,6 +171,7 @@ MUTANT_INFO = (
     MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
     MutantInfo(WallClockDeadlines, "EXE-10", suite="test_qos.py", args=("-k", "generous")),
     MutantInfo(WarmBurstNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "burst-warm")),
+    MutantInfo(LoopTimerFromPreparation, "EXE-9", suite="test_control_flow.py", args=("-k", "from_each")),
     MutantInfo(FastFenceDefaultLoopTimeout, "EXE-9", suite="test_control_flow.py",
                args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
 )
