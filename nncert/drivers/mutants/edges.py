@@ -407,6 +407,20 @@ class MeanCountsAxesListed(MutantDriver):
         return [from_real(np.asarray(real) / extra, outputs[0])]
 
 
+class ExpTableRange(MutantDriver):
+    """Float EXP from a kernel built for [-16, 16] (a table, or a float16 kernel reused for
+    float32): inputs beyond are clamped to it. Right for every input of float16's finite
+    results and for the generated ones (+-2); exp(20) comes out as exp(16)."""
+
+    name = "exp_table_range"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.EXP:
+            return results
+        with np.errstate(over="ignore"):
+            return [np.exp(np.clip(np.asarray(inputs[0], np.float64), -16.0, 16.0)).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -439,4 +453,6 @@ MUTANT_INFO = (
     MutantInfo(LogOfSoftmax, "ACC-1", suite="test_operations.py", args=("-k", "edge_wide_logits and sync")),
     MutantInfo(MeanCountsAxesListed, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_duplicate_axis and MEAN and float and sync")),
+    MutantInfo(ExpTableRange, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_wide_exponents and sync")),
 )
