@@ -7,6 +7,7 @@ and ``sample_broadcast_pair`` are shared with ``logical.py``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -223,6 +224,23 @@ def _wide_exponents(s: SampleContext) -> None:
     s.tensor("input", dims, value=x)
 
 
+def _wide_magnitudes(s: SampleContext) -> None:
+    """Positive values log-uniform over the type's normal range: 1e-30..1e30 for float32,
+    2**-14..6e4 for float16."""
+    lo, hi = (-14 * math.log10(2), math.log10(6e4)) if s.type("input") is T.TENSOR_FLOAT16 else (-30.0, 30.0)
+    dims = (s.draw.int(1, 3), s.draw.int(4, 8))
+    x = 10.0 ** s.draw.array(dims, lo, hi)
+    x[:, 0] = 10.0 ** s.draw.array(dims[:1], hi - 1.0, hi)
+    x[:, 1] = 10.0 ** s.draw.array(dims[:1], lo, lo + 1.0)
+    s.tensor("input", dims, value=x)
+
+
+# LOG's own edge: its domain's generated values are 0.1..2, where a kernel without exponent
+# splitting (a polynomial or table over a few octaves) is still right.
+_WIDE_MAGNITUDES = edges.Edge("wide_magnitudes", "own", "positive inputs over the type's normal "
+                              "range (float32 1e-30..1e30, float16 6.1e-5..6e4)", sample=_wide_magnitudes)
+
+
 # EXP's own edge: generated inputs lie within +-2, where a kernel built for a narrow range
 # (a table, or a float16 kernel reused for float32) is still right.
 _WIDE_EXPONENTS = edges.Edge("wide_exponents", "own", "inputs across the type's range (float32 "
@@ -272,7 +290,7 @@ RECORDS = [
           ranks=UP_TO_4, criterion="medium", sample=_sample_floor, discrete=True,
           doc="floor(input): the largest integer not greater than input"),
     unary(Op.EXP, np.exp, _FLOAT_ONLY, criterion="relaxed", edges_=(_WIDE_EXPONENTS,), doc="e ** input"),
-    unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed",
+    unary(Op.LOG, np.log, _FLOAT_ONLY, domain="positive", criterion="relaxed", edges_=(_WIDE_MAGNITUDES,),
           doc="natural logarithm of input (input > 0)"),
     unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", edges_=(_MANY_PERIODS,),
           doc="sine of input (radians)"),

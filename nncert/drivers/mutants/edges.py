@@ -421,6 +421,18 @@ class ExpTableRange(MutantDriver):
             return [np.exp(np.clip(np.asarray(inputs[0], np.float64), -16.0, 16.0)).astype(results[0].dtype)]
 
 
+class LogWithoutExponentSplit(MutantDriver):
+    """Float LOG from a fit over [2**-8, 2**8] without splitting off the exponent: inputs
+    beyond are clamped to it. Right for the generated inputs (0.1..2)."""
+
+    name = "log_without_exponent_split"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.LOG:
+            return results
+        return [np.log(np.clip(np.asarray(inputs[0], np.float64), 2.0**-8, 2.0**8)).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -455,4 +467,6 @@ MUTANT_INFO = (
                args=("-k", "edge_duplicate_axis and MEAN and float and sync")),
     MutantInfo(ExpTableRange, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_wide_exponents and sync")),
+    MutantInfo(LogWithoutExponentSplit, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_wide_magnitudes and sync")),
 )
