@@ -12,6 +12,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -71,9 +72,29 @@ def _sample_comparison(s: SampleContext) -> None:
     _tie_values(s, *broadcast_pair_dims(s))
 
 
+def _signed_zeros(s: SampleContext) -> None:
+    """Two inputs of one shape [4, n]: row 0 pairs -0 with +0, row 1 +0 with -0, row 2 -0
+    with -0, row 3 ordinary values of either sign against -0."""
+    n = s.draw.int(1, 4)
+    a, b = np.zeros((4, n)), np.zeros((4, n))
+    a[0], b[1], a[2], b[2] = -0.0, -0.0, -0.0, -0.0
+    a[3] = s.draw.array((n,), -2.0, 2.0)
+    b[3] = -0.0
+    s.tensor("input0", (4, n), value=a)
+    s.tensor("input1", (4, n), value=b)
+
+
+# The comparisons' own edge: -0 and +0 are equal (IEEE), which a kernel comparing the bits
+# (or their monotonic integer key: -0 just below +0) gets wrong; generated values are never -0.
+_SIGNED_ZEROS = edges.Edge(
+    "signed_zeros", "own", "float32 -0 against +0 and -0: equal, neither less than the other",
+    applies=lambda record, sig, var_: var_.primary is T.TENSOR_FLOAT32, sample=_signed_zeros)
+
+
 def _comparison(op: Op, fn, doc: str) -> OpRecord:
     return binary(op, fn, {Version.V1_2: _BOOL + _DATA, Version.V1_3: _Q8S}, out=T.TENSOR_BOOL8,
-                  criterion="strict", sample=_sample_comparison, doc=doc)
+                  criterion="strict", sample=_sample_comparison, edges_=(*edges.BROADCAST, _SIGNED_ZEROS),
+                  doc=doc)
 
 
 # ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -433,6 +433,27 @@ class LogWithoutExponentSplit(MutantDriver):
         return [np.log(np.clip(np.asarray(inputs[0], np.float64), 2.0**-8, 2.0**8)).astype(results[0].dtype)]
 
 
+class OrderedIntCompare(MutantDriver):
+    """Float32 comparisons on the monotonic integer key of the bits (a negative's magnitude
+    bits flipped), as radix sorts order floats: exact for every pair but -0 and +0, where
+    -0 comes just below +0 (EQUAL false, LESS true)."""
+
+    name = "ordered_int_compare"
+    OPS: ClassVar[dict] = {Op.EQUAL: np.equal, Op.NOT_EQUAL: np.not_equal, Op.LESS: np.less,
+                           Op.LESS_EQUAL: np.less_equal, Op.GREATER: np.greater,
+                           Op.GREATER_EQUAL: np.greater_equal}
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in self.OPS or operands[0].type is not T.TENSOR_FLOAT32:
+            return results
+
+        def key(v: Any) -> np.ndarray:
+            bits = np.asarray(v, np.float32).view(np.int32).astype(np.int64)
+            return np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+        return [self.OPS[op.type](key(inputs[0]), key(inputs[1])).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -469,4 +490,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_exponents and sync")),
     MutantInfo(LogWithoutExponentSplit, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_wide_magnitudes and sync")),
+    MutantInfo(OrderedIntCompare, "ACC-3", suite="test_operations.py",
+               args=("-k", "edge_signed_zeros and sync")),
 )
