@@ -61,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -343,7 +344,7 @@ class CompiledDriver(Driver):
         #: What ``expect`` was told this process will prepare, and how far the compile-ahead
         #: has got in it; the cache keys it could not compile together (compiled alone).
         self._ahead: list[Callable[[], Model]] = []
-        self._ahead_at = 0
+        self._ahead_at = self._ahead_pid = 0
         self._ahead_failed: set[str] = set()
 
     # -- hooks --
@@ -414,8 +415,9 @@ class CompiledDriver(Driver):
         if self.compile_cache is None:
             return self.build(content, model)
         key = self._cache_key(model, content)
-        if self._ahead_at < len(self._ahead) and not self.compile_cache.has(key):
-            self._compile_ahead({key: content})
+        if self._ahead_pending() and not self.compile_cache.has(key):
+            with self._probe_lock:  # one user of the probe child at a time
+                self._compile_ahead({key: content})
         return self.compile_cache.get_or_build(key, lambda: self.build(content, model))
 
     def _cache_key(self, model: Model, content: bytes) -> str:
@@ -433,7 +435,12 @@ class CompiledDriver(Driver):
         (``build_together``, with a compile cache) then compiles, whenever it must compile,
         what the next of them need with it (``_compile_ahead``); the others ignore it."""
         if self.compile_cache is not None and type(self).build_together is not CompiledDriver.build_together:
-            self._ahead, self._ahead_at = list(models), 0
+            self._ahead, self._ahead_at, self._ahead_pid = list(models), 0, os.getpid()
+
+    def _ahead_pending(self) -> bool:
+        """Whether models told by ``expect`` are left, in the process that was told (a forked
+        probe child, which holds a copy, compiles only what it is asked to)."""
+        return self._ahead_at < len(self._ahead) and self._ahead_pid == os.getpid()
 
     def _compile_ahead(self, needed: dict[str, bytes]) -> None:
         """Compile the translated models ``needed`` (by cache key), none of them cached, with
@@ -441,7 +448,8 @@ class CompiledDriver(Driver):
         compiles them, and the models) up to ``AHEAD_BATCH``, together, into the compile
         cache, in the probe child: a compiler that dies or hangs on one of them kills only the
         child, and whatever it did not compile is compiled alone when it is needed, as
-        before. A key it once failed on is never batched again."""
+        before. A key it once failed on is never batched again. Called with ``_probe_lock``
+        held."""
         from nncert.drivers.probe import build_ahead
 
         entries = {k: c for k, c in needed.items() if k not in self._ahead_failed}
@@ -605,7 +613,7 @@ class CompiledDriver(Driver):
                     if hit:
                         stored[key] = verdict
                         del todo[key]
-            if todo and self._ahead_at < len(self._ahead):
+            if todo and self._ahead_pending():
                 needed = self._uncached([p.single for p in todo.values()])
                 if needed:
                     self._compile_ahead(needed)
