@@ -15,6 +15,7 @@ from nncert.hal.model import dtype_of
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -115,13 +116,40 @@ def _cast_sample(s: SampleContext) -> None:
         s.tensor("input", dims)
 
 
+def _float_and_int32(record, sig, var_) -> bool:
+    return {var_.types["T"], var_.types["U"]} in ({F32, I32}, {F16, I32})
+
+
+def _wide_integers(s: SampleContext) -> None:
+    """Values past 16 bits, either sign: floats 32768..1e9 (float16: 32768..65504) with
+    quarter steps where the type has them, int32 up to 2e9 (60000 towards float16)."""
+    dims = (s.draw.int(1, 3), s.draw.int(4, 8))
+    t, u = s.type("input"), s.type("output")
+    sign = np.where(s.draw.integers(dims, 0, 1) == 1, 1.0, -1.0)
+    if t is I32:
+        hi = 4.6 if u is F16 else 9.3
+        value = (sign * 10.0 ** s.draw.array(dims, 4.52, hi)).astype(np.int64).astype(np.int32)
+    elif t is F16:
+        value = sign * s.draw.array(dims, 32768.0, 65504.0)
+    else:
+        value = sign * np.round(10.0 ** s.draw.array(dims, 4.52, 9.0) * 4) / 4
+    s.tensor("input", dims, value=value)
+
+
+# CAST's own edge: its sampler keeps float <-> int32 values within +-1000 (+-200 for floats),
+# where a kernel through a 16-bit integer (or float16) path is still right.
+_WIDE_INTEGERS = edges.Edge(
+    "wide_integers", "own", "float <-> int32 values past 16 bits (32768 up to 1e9, 2e9 from int32; "
+    "float16 up to its largest)", applies=_float_and_int32, sample=_wide_integers)
+
+
 _CAST_V12 = (F16, F32, I32, Q8)
 _CAST = OpRecord(
     Op.CAST, (_convert_signature(None),),
     (*_pairs(V.V1_2, _CAST_V12, _CAST_V12),
      *(variant(V.V1_3, T=t, U=t) for t in (T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM,
                                           T.TENSOR_QUANT16_SYMM, Q8S, Q8SYMM))),
-    _cast_kernel, _same_shape, _cast_sample, criterion="strict", dequantize=False,
+    _cast_kernel, _same_shape, _cast_sample, criterion="strict", dequantize=False, edges=(_WIDE_INTEGERS,),
     doc="input's stored numbers converted to the output type (scale and zero point ignored)",
 )
 

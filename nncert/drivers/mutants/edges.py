@@ -454,6 +454,21 @@ class OrderedIntCompare(MutantDriver):
         return [self.OPS[op.type](key(inputs[0]), key(inputs[1])).astype(results[0].dtype)]
 
 
+class CastThroughInt16(MutantDriver):
+    """CAST between a float type and TENSOR_INT32 through a saturating 16-bit integer (a DSP's
+    conversion unit): right for every value the sampler draws (within +-1000), clamped to
+    -32768..32767 past it."""
+
+    name = "cast_through_int16"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.CAST or T.TENSOR_INT32 not in (operands[0].type, outputs[0].type) or \
+                not (operands[0].type.is_float or outputs[0].type.is_float):
+            return results
+        x = np.asarray(inputs[0], np.float64)
+        return [np.clip(np.trunc(x), -32768, 32767).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -492,4 +507,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_magnitudes and sync")),
     MutantInfo(OrderedIntCompare, "ACC-3", suite="test_operations.py",
                args=("-k", "edge_signed_zeros and sync")),
+    MutantInfo(CastThroughInt16, "ACC-3", suite="test_operations.py",
+               args=("-k", "edge_wide_integers and sync")),
 )
