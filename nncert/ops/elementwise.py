@@ -235,10 +235,13 @@ def _wide_magnitudes(s: SampleContext) -> None:
     s.tensor("input", dims, value=x)
 
 
-# LOG's own edge: its domain's generated values are 0.1..2, where a kernel without exponent
-# splitting (a polynomial or table over a few octaves) is still right.
-_WIDE_MAGNITUDES = edges.Edge("wide_magnitudes", "own", "positive inputs over the type's normal "
-                              "range (float32 1e-30..1e30, float16 6.1e-5..6e4)", sample=_wide_magnitudes)
+# LOG's, SQRT's and RSQRT's own edge: their domain's generated values are 0.1..2, where a
+# kernel without range reduction (a polynomial or table over a few octaves, a Newton iteration
+# from a fixed seed) is still right.
+_WIDE_MAGNITUDES = edges.Edge("wide_magnitudes", "own", "positive float inputs over the type's normal "
+                              "range (float32 1e-30..1e30, float16 6.1e-5..6e4)",
+                              applies=lambda record, sig, var_: not var_.primary.is_quant,
+                              sample=_wide_magnitudes)
 
 
 # EXP's own edge: generated inputs lie within +-2, where a kernel built for a narrow range
@@ -294,9 +297,10 @@ RECORDS = [
           doc="natural logarithm of input (input > 0)"),
     unary(Op.SIN, np.sin, _FLOAT_ONLY, criterion="relaxed", edges_=(_MANY_PERIODS,),
           doc="sine of input (radians)"),
-    unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed", edges_=(_ZERO_INPUT,),
+    unary(Op.SQRT, np.sqrt, _FLOAT_ONLY, domain="positive", criterion="relaxed",
+          edges_=(_ZERO_INPUT, _WIDE_MAGNITUDES),
           doc="square root of input (input >= 0)"),
     unary(Op.RSQRT, _rsqrt, {Version.V1_2: _F, Version.FL7: (*_Q8, *_Q8S)}, domain="positive",
-          criterion="relaxed",
+          criterion="relaxed", edges_=(_WIDE_MAGNITUDES,),
           doc="1 / sqrt(input) (input > 0); a quantised output has its own scale and zero point"),
 ]

@@ -469,6 +469,25 @@ class CastThroughInt16(MutantDriver):
         return [np.clip(np.trunc(x), -32768, 32767).astype(results[0].dtype)]
 
 
+class RsqrtFixedSeedNewton(MutantDriver):
+    """Float RSQRT, and SQRT as x * rsqrt(x), by eight Newton steps from the seed 1 with no range
+    reduction (a DSP routine): exact for 0.05..2, where the domain's values are drawn; the
+    iteration collapses to 0 at 3 and diverges beyond."""
+
+    name = "rsqrt_fixed_seed"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.RSQRT, Op.SQRT) or not outputs[0].type.is_float:
+            return results
+        x = np.asarray(inputs[0], np.float64)
+        y = np.ones_like(x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for _ in range(8):
+                y = y * (1.5 - 0.5 * x * y * y)
+            out = y if op.type is Op.RSQRT else np.where(x == 0, 0.0, x * y)
+        return [out.astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -509,4 +528,6 @@ MUTANT_INFO = (
                args=("-k", "edge_signed_zeros and sync")),
     MutantInfo(CastThroughInt16, "ACC-3", suite="test_operations.py",
                args=("-k", "edge_wide_integers and sync")),
+    MutantInfo(RsqrtFixedSeedNewton, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_wide_magnitudes and SQRT and sync")),
 )
