@@ -248,9 +248,9 @@ RECORDS = [
     _reduce(Op.REDUCE_SUM, np.sum, _FLOATS, max_count=8, duplicates=True,
             doc="sum of input over the listed axes"),
     # No long product: thousands of factors in (-1, 1) underflow to zero.
-    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False, duplicates=True,
+    _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False,
             doc="product of input over the listed axes"),
-    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"), duplicates=True,
+    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"),
             doc="maximum of input over the listed axes"),
     _reduce(Op.REDUCE_MIN, np.min, _FLOATS_Q8, quant=same_as("input"),
             doc="minimum of input over the listed axes"),
