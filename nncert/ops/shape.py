@@ -21,6 +21,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -665,12 +666,33 @@ def _gather_sample(s: SampleContext) -> None:
              const=s.draw.bool(0.3))
 
 
+#: Length of the long GATHER's axis: past 2**16, so that an index held in 16 bits wraps.
+GATHER_LONG_AXIS = 70_000
+
+
+def _gather_long_axis(s: SampleContext) -> None:
+    """Two rows of GATHER_LONG_AXIS along axis 1 (or -1), six indices: three past 65536, one
+    below it, the first and the last."""
+    n = GATHER_LONG_AXIS
+    s.tensor("input", (2, n))
+    s.scalar("axis", s.draw.choice((1, -1)))
+    idx = [*s.draw.integers((3,), 1 << 16, n - 1), s.draw.int(1, (1 << 16) - 1), 0, n - 1]
+    s.tensor("indices", (6,), value=np.asarray(idx, np.int32), const=s.draw.bool(0.3))
+
+
+# GATHER's own edge: generated axes have 1..5 elements, so a driver holding indices (or the
+# offsets they become) in 16 bits passed every case.
+_GATHER_LONG = edges.Edge(
+    "long_axis", "long", f"an axis of {GATHER_LONG_AXIS}, indices past 65536", sample=_gather_long_axis,
+    heavy=True)
+
+
 GATHER = _copy_record(
     Op.GATHER,
     Signature((Arg("input", ranks=_FROM_1), Arg("axis", T.INT32), Arg("indices", _I32, ranks=_FROM_1)),
               _output(_FROM_1)),
     _V12_TYPES, _gather_kernel, _gather_shape, _gather_sample,
-    check=_gather_check,
+    check=_gather_check, edges=(_GATHER_LONG,),
     doc="input slices along axis picked by indices; output shape "
         "input[:axis] + indices + input[axis+1:]",
 )

@@ -488,6 +488,23 @@ class RsqrtFixedSeedNewton(MutantDriver):
         return [out.astype(results[0].dtype)]
 
 
+class Gather16BitIndices(MutantDriver):
+    """GATHER holds its indices in 16 bits (a DMA descriptor's field): an index past 65535 wraps.
+    Generated axes have at most 5 elements."""
+
+    name = "gather_16bit_indices"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.GATHER:
+            return results
+        idx = np.asarray(inputs[2])
+        if idx.max(initial=0) < 1 << 16:
+            return results
+        raw = list(inputs)
+        raw[2] = (idx & 0xFFFF).astype(idx.dtype)
+        return evaluate(get(op.type), operands, raw, outputs)
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -530,4 +547,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_integers and sync")),
     MutantInfo(RsqrtFixedSeedNewton, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_wide_magnitudes and SQRT and sync")),
+    MutantInfo(Gather16BitIndices, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_long_axis and float and sync")),
 )
