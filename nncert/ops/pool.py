@@ -26,6 +26,7 @@ from nncert.ops.base import (
 from nncert.ops.window import (
     EXPLICIT,
     IMPLICIT,
+    PADDING_VALID,
     Window,
     gather,
     read_window,
@@ -91,17 +92,41 @@ def _pool_sample(s: SampleContext) -> None:
     s.tensor("input", (s.draw.int(1, 2), h, w, s.draw.int(1, 4)))
 
 
+def _global_window(s: SampleContext) -> None:
+    """One window of 12x12..16x16 over the whole input (global pooling): 144 to 256 stored
+    values in the top sixth of the type's range."""
+    fh, fw = s.draw.int(12, 16), s.draw.int(12, 16)
+    if s.signature.name == IMPLICIT:
+        s.scalar("padding", PADDING_VALID)
+    else:
+        for name in ("pad_left", "pad_right", "pad_top", "pad_bottom"):
+            s.scalar(name, 0)
+    for name, value in (("stride_w", 1), ("stride_h", 1), ("filter_w", fw), ("filter_h", fh)):
+        s.scalar(name, value)
+    dims = (1, fh, fw, s.draw.int(1, 3))
+    lo, hi = s.type("input").quant_range
+    s.tensor("input", dims, value=s.draw.integers(dims, hi - (hi - lo) // 6, hi))
+
+
+# AVERAGE_POOL_2D's own edge (quantised): generated windows have at most 16 taps, so their sums
+# of stored values (4080 at most) fit a 16-bit register; a global window's (up to 65,280) do not.
+_GLOBAL_WINDOW = edges.Edge(
+    "global_window", "window", "a quantised window of 144..256 taps over the whole input, values "
+    "near the type's top: a uint8 window's sum of stored values passes 32767",
+    applies=lambda record, sig, var_: var_.primary.is_quant, sample=_global_window)
+
+
 def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: str,
-          without: tuple[edges.Without, ...] = ()) -> OpRecord:
+          own: tuple = ()) -> OpRecord:
     vs = tuple(v for version, ts in types.items() for v in variants(version, *ts))
     return OpRecord(op, _sigs(out), vs, kernel, _pool_shape, _pool_sample, criterion="relaxed",
-                    layout="layout", activation="act", edges=(*edges.WINDOW, *without), doc=doc)
+                    layout="layout", activation="act", edges=(*edges.WINDOW, *own), doc=doc)
 
 
 _QUANT_POOL = {Version.V1_0: (F32, Q8), Version.V1_2: (F16,), Version.V1_3: (Q8S,)}
 RECORDS = [
     _pool(Op.AVERAGE_POOL_2D, _average, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
-          "mean of each window, over the taps inside the input"),
+          "mean of each window, over the taps inside the input", (_GLOBAL_WINDOW,)),
     _pool(Op.MAX_POOL_2D, _max, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
           "maximum of each window, over the taps inside the input"),
     _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),

@@ -505,6 +505,30 @@ class Gather16BitIndices(MutantDriver):
         return evaluate(get(op.type), operands, raw, outputs)
 
 
+class AvgPoolInt16Sum(MutantDriver):
+    """Quantised AVERAGE_POOL_2D sums each window's stored values in a wrapping 16-bit register:
+    exact for the generated windows (16 taps at most, sums up to 4080), wrong for a uint8 window
+    whose sum passes 32767 (global pooling of 144 taps and more near the top of the range)."""
+
+    name = "avg_pool_int16_sum"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.AVERAGE_POOL_2D or operands[0].type not in _EIGHT_BIT:
+            return results
+        from nncert.ops.pool import _windows
+
+        def kernel(ctx):
+            scale, zero_point = ctx.operand("input").scale, ctx.operand("input").zero_point
+            taps, counts = _windows(ctx, 0.0)  # padding taps are real 0 and not counted
+            counts = counts[None, :, :, None]
+            stored = np.rint(taps.sum(axis=(3, 4)) / scale) + counts * zero_point
+            wrapped = (stored + 32768) % 65536 - 32768
+            return [(wrapped / counts - zero_point) * scale]
+
+        record = dataclasses.replace(get(op.type), kernel=kernel)
+        return evaluate(record, operands, inputs, outputs)
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -549,4 +573,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_magnitudes and SQRT and sync")),
     MutantInfo(Gather16BitIndices, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_long_axis and float and sync")),
+    MutantInfo(AvgPoolInt16Sum, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_global_window and sync")),
 )
