@@ -16,7 +16,15 @@ from nncert.hal.errors import HalError, ValidationError
 from nncert.hal.transform import omit_inputs
 from nncert.hal.validation import input_may_be_omitted, validate_model
 from nncert.ops.interpreter import run_model
-from nncert.testing.cases import SEEDS, case_id, enumerate_cases, enumerate_edge_cases, is_heavy, sample_case
+from nncert.testing.cases import (
+    SEEDS,
+    VARIATION_TESTS,
+    case_id,
+    enumerate_cases,
+    enumerate_edge_cases,
+    is_heavy,
+    sample_case,
+)
 from nncert.testing.criteria import output_mismatches, tolerance
 from nncert.testing.harness import PATHS, execute, own_criterion, prepare_or_skip, run_case, run_state_chain
 
@@ -99,10 +107,8 @@ def test_operation_dynamic_output_shape(driver, key):
 
 
 #: The variation each test function runs its case in (``models_ahead``).
-_VARIATIONS = {"test_operation": "base", "test_operation_edge": "base",
-               **{f"test_operation_{v}": v for v in ("relaxed", "inputs_as_internal", "all_tensors_as_inputs",
-                                                      "output_consumed")},
-               "test_operation_dynamic_output_shape": "dynamic_output"}
+_VARIATIONS = {**{test: variation for variation, test in VARIATION_TESTS.items()},
+               "test_operation_edge": "base"}
 
 
 # Edge cases declared in the catalogue (nncert/ops/edges.py): saturating activations, long

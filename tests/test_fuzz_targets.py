@@ -152,6 +152,22 @@ def test_an_unsupported_variation_decodes_as_its_base_case_and_test():
     assert base.key.conformance_test.startswith("conformance/test_operations.py::test_operation[")
 
 
+def test_every_variation_names_the_conformance_test_that_runs_it():
+    """A finding names the conformance test of its case and variation (KNOWN when that test is
+    an expected failure): a campaign raised KeyError for output_consumed, which the map lacked."""
+    import re
+
+    from nncert.testing.cases import VARIATION_TESTS, VARIATIONS
+
+    source = (Path(__file__).resolve().parent.parent / "conformance" / "test_operations.py").read_text()
+    defined = set(re.findall(r"^def (test_\w+)\(", source, re.M))
+    assert set(VARIATION_TESTS) == set(VARIATIONS) and set(VARIATION_TESTS.values()) <= defined
+    keys = dec.cases()
+    for variation in VARIATIONS:
+        key = next(k for k in keys if k.variation == variation and len(k.params) == 6)
+        assert f"::{VARIATION_TESTS[variation]}[" in key.conformance_test
+
+
 def test_corpus_files_are_named_by_content(tmp_path):
     assert write_corpus("burst", tmp_path) == len(list(TARGETS["burst"].seeds()))
     assert write_corpus("burst", tmp_path) == 0

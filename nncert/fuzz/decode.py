@@ -48,6 +48,7 @@ from nncert.hal.types import (
 )
 from nncert.ops.base import ShapeError
 from nncert.testing.cases import (
+    VARIATION_TESTS,
     VARIATIONS,
     OpCase,
     case_id,
@@ -146,14 +147,8 @@ class CaseKey:
         edge case: on the synchronous path)."""
         if len(self.params) > 6 and self.params[6] is not None:
             return f"conformance/test_operations.py::test_operation_edge[{case_id(*self.params)}-sync]"
-        return f"conformance/test_operations.py::{_VARIATION_TESTS[self.variation]}[{case_id(*self.params)}]"
+        return f"conformance/test_operations.py::{VARIATION_TESTS[self.variation]}[{case_id(*self.params)}]"
 
-
-#: Which test of conformance/test_operations.py runs each variation.
-_VARIATION_TESTS = {"base": "test_operation", "relaxed": "test_operation_relaxed",
-                    "inputs_as_internal": "test_operation_inputs_as_internal",
-                    "all_tensors_as_inputs": "test_operation_all_tensors_as_inputs",
-                    "dynamic_output": "test_operation_dynamic_output_shape"}
 
 
 @dataclass

@@ -41,6 +41,12 @@ T = OperandType
 #: The model variations CTS generates for each example (ACC-6 in docs/requirements.md).
 VARIATIONS = ("base", "relaxed", "inputs_as_internal", "all_tensors_as_inputs", "dynamic_output",
               "output_consumed")
+#: The test of conformance/test_operations.py that runs each variation.
+VARIATION_TESTS = {"base": "test_operation", "relaxed": "test_operation_relaxed",
+                   "inputs_as_internal": "test_operation_inputs_as_internal",
+                   "all_tensors_as_inputs": "test_operation_all_tensors_as_inputs",
+                   "dynamic_output": "test_operation_dynamic_output_shape",
+                   "output_consumed": "test_operation_output_consumed"}
 
 
 @dataclass
