@@ -64,10 +64,30 @@ def _dequantize_sample(s: SampleContext) -> None:
         s.tensor("input", dims)
 
 
+def _huge_sample(s: SampleContext) -> None:
+    """Values of +-2 with every third one huge, the signs alternating: float32 1e10..1e30 (past
+    int32 once divided by the output's scale of 1), float16 3e4..6e4 (its largest finite)."""
+    dims = (s.draw.int(1, 3), s.draw.int(3, 6))
+    x = s.draw.array(dims, -2.0, 2.0)
+    lo, hi = (1e10, 1e30) if s.type("input") is F32 else (3e4, 6e4)
+    flat = x.reshape(-1)
+    n = flat[::3].size
+    magnitudes = np.exp(s.draw.array((n,), float(np.log(lo)), float(np.log(hi))))
+    flat[::3] = magnitudes * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    s.tensor("input", dims, value=x)
+
+
+# QUANTIZE's own edge: generated inputs are within a few steps of the output's range, never
+# where the scaled value leaves int32 (a kernel converting it to int32 before clamping gets
+# INT_MIN for +1e30, so -128 where 127 is due).
+_HUGE_INPUTS = edges.Edge("huge_inputs", "own", "inputs far past the output's range, of both signs "
+                          "(float32 1e10..1e30, float16 3e4..6e4) at an output scale of 1: each saturates "
+                          "at its own end of the type", sample=_huge_sample, output_quant="unit")
+
 _QUANTIZE = OpRecord(
     Op.QUANTIZE, (_convert_signature(None),),
     (*_pairs(V.V1_2, (F32, F16), (Q8,)), *_pairs(V.V1_3, (F32, F16), (Q8S,))),
-    _identity, _same_shape, _quantize_sample, criterion="medium",
+    _identity, _same_shape, _quantize_sample, criterion="medium", edges=(_HUGE_INPUTS,),
     doc="output = clamp(round(input / scale) + zeroPoint) in the output's quantised type",
 )
 

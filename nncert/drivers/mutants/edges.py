@@ -529,6 +529,24 @@ class AvgPoolInt16Sum(MutantDriver):
         return evaluate(record, operands, inputs, outputs)
 
 
+class QuantizeThroughInt32(MutantDriver):
+    """QUANTIZE converting input / scale to int32 before adding the zero point and clamping, as
+    LiteRT's builtin and reference kernels do: right for every value within int32, and past it
+    the conversion gives INT_MIN (x86's answer to an out-of-range float), so +1e30 lands on the
+    type's lowest value instead of its highest."""
+
+    name = "quantize_through_int32"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not OperationType.QUANTIZE:
+            return results
+        out = outputs[0]
+        scaled = np.round(np.asarray(inputs[0], np.float64) / out.scale)
+        wrapped = np.where(np.abs(scaled) < 2.0**31, scaled, -(2.0**31))
+        info = np.iinfo(results[0].dtype)
+        return [np.clip(wrapped + out.zero_point, info.min, info.max).astype(results[0].dtype)]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -575,4 +593,6 @@ MUTANT_INFO = (
                args=("-k", "edge_long_axis and float and sync")),
     MutantInfo(AvgPoolInt16Sum, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_global_window and sync")),
+    MutantInfo(QuantizeThroughInt32, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_huge_inputs and sync")),
 )
