@@ -26,17 +26,22 @@ RUNS = [
                  id="hang-service"),
     pytest.param(f"mutant:hang,op={OP}", ["--isolate", "--isolate-timeout=3"], SELECT, "hang", OP,
                  id="hang-isolate"),
-    pytest.param("service:mutant:burst_death", [], "(burst or LOGICAL_AND) and not edge", "crash", "burst",
-                 id="burst-death-service"),
+    # The warm burst path runs each test's request twice on one burst: every timing test on it
+    # would crash, each a restart, to show what the one burst test shows.
+    pytest.param("service:mutant:burst_death", [], "(burst or LOGICAL_AND) and not edge and not warm",
+                 "crash", "burst", id="burst-death-service"),
     # Every fenced execution hangs, so every_path (which includes one) is left out, and so are
     # the per-operation edge cases and the timing tests, which take every path (a deadline each).
     pytest.param("service:mutant:silent_fence", ["--hang-timeout=1"],
                  "(fenced and not edge and not timing) or (LOGICAL_AND and not every_path and not edge)",
                  "hang", "fence", id="silent-fence-service"),
-    # A suite file among the extra arguments joins the run; -k keeps that file's tests only.
+    # A suite file among the extra arguments joins the run; -k keeps that file's tests only (not
+    # the loop timeout on the fast paths: two hangs more, each a deadline and a restart, that show
+    # nothing the other paths' do not).
     pytest.param("service:mutant:endless_while",
                  ["--driver-option=timeout=2", "--hang-timeout=2", str(CONFORMANCE / "test_control_flow.py")],
-                 "test_control_flow", "hang", "loop_timeout", id="endless-while-service"),
+                 "test_control_flow and not burst-warm and not fenced-no-wait", "hang", "loop_timeout",
+                 id="endless-while-service"),
 ]
 
 

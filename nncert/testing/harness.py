@@ -3,7 +3,6 @@ and judge the outputs. One place, so every suite skips, fails and reports the sa
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
@@ -71,8 +70,12 @@ def execute(prepared: PreparedModel, request: Request, path: str = "sync",
         # slot is cached when the run under test comes (BURST-2).
         burst = prepared.configure_execution_burst()
         slots = list(range(len(request.pools)))
-        with contextlib.suppress(HalError):
+        try:
             burst.execute(request, slots, MeasureTiming.NO, None, WARM_UP_LOOP_TIMEOUT_NS)
+        except DriverFault:
+            raise  # a crash or hang is the outcome, not a warm-up's failure
+        except HalError:
+            pass
         return burst.execute(request, slots, measure, deadline, loop_timeout)
     if path == "fenced-no-wait":
         info = run_fenced(prepared, request, (), measure, deadline, loop_timeout)
