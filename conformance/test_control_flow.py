@@ -211,14 +211,14 @@ def _expect_missed(driver, loop_timeout: int | None, path: str, within_s: float)
 
 #: A loop timeout that a loop of a few turns cannot exceed, and how long after its preparation
 #: the model first runs such a loop under it.
-FEW_TURNS_LOOP_TIMEOUT_NS = 100_000_000
-PREPARED_AGE_S = 0.3
+FEW_TURNS_LOOP_TIMEOUT_NS = 400_000_000  # far above three turns' time on a loaded machine
+PREPARED_AGE_S = 0.5
 
 
 @pytest.mark.req("EXE-9")
 def test_loop_timeout_counts_from_each_execution(driver):
     """The loop timeout bounds a loop from the start of the execution that runs it: a prepared
-    model older than its loop timeout still runs a three-turn WHILE under a 100 ms one, on
+    model older than its loop timeout still runs a three-turn WHILE under a 400 ms one, on
     every path (a driver that arms the timer when it prepares the model fails every loop once
     the model is that old)."""
     model = counting_while_model()
