@@ -26,6 +26,7 @@ from nncert.testing.harness import (
     prepare_or_skip,
     run_case,
     run_fenced,
+    status_of,
     wait_fence,
 )
 
@@ -464,3 +465,36 @@ def test_input_without_shape_at_execution_is_invalid(driver, rows):
                    f"an execution whose input of dimensions (0, 3) is given none ({rows} row(s) in its "
                    f"buffer)",
                    "EXE-6")
+
+
+def _lookup_model(op: str):
+    """GATHER (axis 0) or EMBEDDING_LOOKUP of 2 indices, a request input, into a [4, 3] table."""
+    b = ModelBuilder()
+    indices = b.operand(T.TENSOR_INT32, (2,))
+    table = b.operand(T.TENSOR_FLOAT32, (4, 3))
+    out = b.operand(T.TENSOR_FLOAT32, (2, 3))
+    if op == "GATHER":
+        b.operation(OperationType.GATHER, [table, b.constant(T.INT32, 0), indices], [out])
+    else:
+        b.operation(OperationType.EMBEDDING_LOOKUP, [indices, table], [out])
+    return b.build([indices, table], [out])
+
+
+@pytest.mark.req("VAL-1")
+@pytest.mark.parametrize("index", [4, -1, 2**31 - 1])
+@pytest.mark.parametrize("op", ["GATHER", "EMBEDDING_LOOKUP"])
+def test_a_lookup_index_out_of_range_fails(driver, op, index):
+    """A lookup index the request gives outside the table's 4 rows fails the execution, on
+    every path (the reference refuses it with INVALID_ARGUMENT), rather than read past the
+    table, take -1 for the last row or give zeros; in range, the rows come out."""
+    model = _lookup_model(op)
+    prepared = prepare_or_skip(driver, model)
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    request = build_request(model, [np.array([3, 0], np.int32), table], [(2, 3)])
+    execute(prepared, request, "sync")
+    check_outputs([table[[3, 0]]], read_outputs(model, request, [(2, 3)]), model)
+    for path in PATHS:
+        request = build_request(model, [np.array([1, index], np.int32), table], [(2, 3)])
+        status = status_of(lambda r=request, p=path: execute(prepared, r, p))
+        assert status is not ErrorStatus.NONE, \
+            f"VAL-1: {op} of index {index} in a table of 4 rows succeeded on the {path} path"

@@ -681,3 +681,28 @@ def test_real_drivers_run_what_requests_omit(name):
             assert output_mismatches(model, expected, read_outputs(model, request, dims)) == []
             ran += 1
     assert ran >= 2, ran
+
+
+@pytest.mark.parametrize("rows", [4, 0])  # the table's rows declared, or given by the request
+def test_a_lookup_index_out_of_range_is_refused_before_the_runtime_runs(rows):
+    """Runtimes' gathers do not all refuse one (ONNX Gather takes -1 for the last row, OpenVINO's
+    gives zeros past either end): the base answers INVALID_ARGUMENT as the reference does, and
+    the runtime never sees the index."""
+    b = ModelBuilder()
+    table = b.operand(T.TENSOR_FLOAT32, (rows, 3))
+    indices = b.operand(T.TENSOR_INT32, (2,))
+    out = b.operand(T.TENSOR_FLOAT32, (2, 3))
+    b.operation(OperationType.GATHER, [table, b.constant(T.INT32, -2), indices], [out])
+    model = b.build([table, indices], [out])
+    driver = CountingCompiled()
+    prepared = driver.prepare_model(model)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for bad in (4, -1):
+        request = build_request(model, [x, np.array([0, bad], np.int32)], [(2, 3)])
+        with pytest.raises(HalError, match=rf"operation 0 \(GATHER\): index {bad} is outside 0\.\.3") as e:
+            prepared.execute_synchronously(request)
+        assert e.value.status is ErrorStatus.INVALID_ARGUMENT
+    assert driver.runs == 0
+    request = build_request(model, [x, np.array([3, 0], np.int32)], [(2, 3)])
+    prepared.execute_synchronously(request)
+    np.testing.assert_array_equal(read_outputs(model, request, [(2, 3)])[0], x[[3, 0]])

@@ -40,6 +40,9 @@ The base then gives:
   by the catalogue's rules before the runtime runs, and answered as the reference answers
   them (a contradicted or too large shape, OUTPUT_INSUFFICIENT_SIZE with the shapes), so that
   no value makes the runtime allocate what the caller's buffer cannot take;
+- lookup indices the request gives (GATHER, EMBEDDING_LOOKUP) checked against the rows they
+  pick from before the runtime runs, INVALID_ARGUMENT as the reference answers: ONNX Gather takes
+  -1 for the last row and OpenVINO's Gather gives zeros past either end;
 - omitted inputs: a request that gives a model input no value (an optional operation input,
   such as an LSTM's peephole weights) runs a variant of the model compiled with that
   operand omitted (NO_VALUE), once per omission pattern; the probe compiles and runs each
@@ -175,6 +178,8 @@ class CompiledPreparedModel(PreparedModel):
         self._by_shape: OrderedDict[tuple, Executable] = OrderedDict()
         #: Whether a shape follows from a model input's value: checked before each run
         self._value_shaped = value_shaped(self.wide)
+        #: The lookups whose indices the request gives: checked before each run
+        self._index_guards = index_guards(self.wide)
         if content is not None:
             self._static = driver.load_form(content, self.wide)
         elif fully_specified(self.wide):
@@ -247,6 +252,8 @@ class CompiledPreparedModel(PreparedModel):
                      for a, t in zip(inputs, self._in_types, strict=True) if a is not None]
             if self._value_shaped and not omitted:
                 self._check_shapes(request, feeds)
+            if self._index_guards:
+                self._check_indices(inputs)
             with self._lock:
                 exe = self._executable(feeds, omitted)
                 device_start = time.monotonic_ns()
@@ -277,6 +284,21 @@ class CompiledPreparedModel(PreparedModel):
             failure.__traceback__ = None
             raise failure
         return shapes, timing_for(measure, start, device_ns)
+
+    def _check_indices(self, inputs: list[np.ndarray | None]) -> None:
+        """INVALID_ARGUMENT, as the reference answers it, for a lookup index the request gives
+        outside the rows it picks from. The runtimes' own operators do not all refuse one: ONNX
+        Gather takes -1 for the last row, OpenVINO's Gather gives zeros past either end."""
+        for n, name, position, table, axis in self._index_guards:
+            indices = inputs[position]
+            if indices is None or not indices.size:
+                continue
+            rows = inputs[table[1]].shape[axis] if table[0] == "input" else table[1]
+            low, high = int(indices.min()), int(indices.max())
+            if low < 0 or high >= rows:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                               f"operation {n} ({name}): index {low if low < 0 else high} is outside "
+                               f"0..{rows - 1}, the rows it picks from")
 
     def _check_shapes(self, request: Request, feeds: list[np.ndarray]) -> None:
         """Before the runtime runs a model whose shapes follow from input values (a PAD whose
@@ -706,6 +728,41 @@ def value_shaped(wide: Model) -> bool:
     except Exception:  # the declared shapes aside, the run's values decide
         return True
     return False
+
+
+#: Operations that pick rows by index: (the indices' input, the indexed input, its axis input
+#: or None for axis 0).
+_LOOKUPS = {OperationType.GATHER: (2, 0, 1), OperationType.EMBEDDING_LOOKUP: (0, 1, None)}
+
+
+def index_guards(wide: Model) -> list[tuple[int, str, int, tuple[str, int], int]]:
+    """The lookups of ``wide``'s main subgraph whose indices are a model input, each (operation,
+    its name, the indices' input position, where the row count comes from: ("rows", count) when
+    the indexed operand's dimension is known, ("input", position) when the request gives it,
+    the axis). An axis that is not a constant, or rows counted inside the graph, are left to
+    the runtime."""
+    sg = wide.main
+    position = {idx: p for p, idx in enumerate(sg.input_indexes)}
+    guards = []
+    for n, op in enumerate(sg.operations):
+        where = _LOOKUPS.get(op.type)
+        if where is None or op.inputs[where[0]] not in position:
+            continue
+        table = sg.operands[op.inputs[where[1]]]
+        axis = 0
+        if where[2] is not None:
+            value = wide.constant_value(sg.operands[op.inputs[where[2]]])
+            if value is None:
+                continue
+            axis = int(value) % max(1, len(table.dimensions))
+        if axis < len(table.dimensions) and table.dimensions[axis]:
+            source = ("rows", table.dimensions[axis])
+        elif op.inputs[where[1]] in position:
+            source = ("input", position[op.inputs[where[1]]])
+        else:
+            continue
+        guards.append((n, op.type.name, position[op.inputs[where[0]]], source, axis))
+    return guards
 
 
 def run_time_shapes(wide: Model, feeds: Sequence[np.ndarray]) -> dict[int, tuple[int, ...]] | None:

@@ -276,6 +276,25 @@ class ZeroFillsOmitted(MutantDriver):
 #: suite to collect); test_validation.py's request tests catch each on its paths as well.
 _SLICE = ("-k", "mutated_request")
 
+class ClampsLookupIndices(MutantDriver):
+    """Clamps the GATHER and EMBEDDING_LOOKUP indices a request gives into the table's rows, as
+    a gather that reads the nearest row does: right for every index in range, and one out of
+    range runs where it must fail (VAL-1)."""
+
+    name = "clamps_lookup_indices"
+
+    def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        from nncert.drivers.compiled import index_guards
+
+        clamped = list(inputs)
+        for _, _, position, (kind, value), axis in index_guards(model):
+            indices = clamped[position]
+            rows = value if kind == "rows" else clamped[value].shape[axis]
+            if indices is not None:
+                clamped[position] = np.clip(indices, 0, rows - 1).astype(indices.dtype)
+        return super().run(model, clamped)
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
@@ -283,6 +302,7 @@ MUTANT_INFO = (
     MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(ZeroFillsOmitted, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(UnknownDimensionsAsOne, "EXE-6", suite="test_execution.py", args=("-k", "without_shape")),
+    MutantInfo(ClampsLookupIndices, "VAL-1", suite="test_execution.py", args=("-k", "lookup_index")),
     MutantInfo(RemembersValidPools, "VAL-1", suite="test_validation.py",
                args=("-k", "mutated_request and two_outputs")),
 )
