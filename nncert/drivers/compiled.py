@@ -93,6 +93,7 @@ from nncert.hal.transform import (
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from nncert.hal.types import OperandType as T
 from nncert.hal.validation import validate_model, validate_request
+from nncert.ops import get
 from nncert.ops.base import MAX_OUTPUT_ELEMENTS
 from nncert.ops.interpreter import loop_timeout_of
 
@@ -730,23 +731,22 @@ def value_shaped(wide: Model) -> bool:
     return False
 
 
-#: Operations that pick rows by index: (the indices' input, the indexed input, its axis input
-#: or None for axis 0).
-_LOOKUPS = {OperationType.GATHER: (2, 0, 1), OperationType.EMBEDDING_LOOKUP: (0, 1, None)}
-
-
 def index_guards(wide: Model) -> list[tuple[int, str, int, tuple[str, int], int]]:
-    """The lookups of ``wide``'s main subgraph whose indices are a model input, each (operation,
-    its name, the indices' input position, where the row count comes from: ("rows", count) when
-    the indexed operand's dimension is known, ("input", position) when the request gives it,
-    the axis). An axis that is not a constant, or rows counted inside the graph, are left to
-    the runtime."""
+    """The operations of ``wide``'s main subgraph that pick slices by index (their catalogue
+    record's ``picks``) from indices that are a model input, each (operation, its name, the
+    indices' input position, where the row count comes from: ("rows", count) when the indexed
+    operand's dimension is known, ("input", position) when the request gives it, the axis). An
+    axis that is not a constant, or rows counted inside the graph, are left to the runtime."""
     sg = wide.main
     position = {idx: p for p, idx in enumerate(sg.input_indexes)}
     guards = []
     for n, op in enumerate(sg.operations):
-        where = _LOOKUPS.get(op.type)
-        if where is None or op.inputs[where[0]] not in position:
+        record = get(op.type)
+        if record is None or record.picks is None:
+            continue
+        names = [a.name for a in record.signatures[0].inputs]
+        where = [None if name is None else names.index(name) for name in record.picks]
+        if op.inputs[where[0]] not in position:
             continue
         table = sg.operands[op.inputs[where[1]]]
         axis = 0

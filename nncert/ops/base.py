@@ -272,6 +272,11 @@ class OpRecord:
     #: The result depends on the stored bytes of its tensor inputs, not only their values
     #: (LSH_PROJECTION hashes them): a driver that computes float16 in float32 changes it.
     reads_bytes: bool = False
+    #: (indices input, table input, axis input or None for axis 0): the indices pick slices of
+    #: the table along the axis, and one outside it fails the execution. A driver whose runtime
+    #: answers such an index otherwise checks those a request gives (CompiledDriver's
+    #: ``index_guards``).
+    picks: tuple[str, str, str | None] | None = None
     #: Why the operation takes no part in random graphs (data-dependent output sizes, state,
     #: random results), or "" when it does.
     graphs: str = ""

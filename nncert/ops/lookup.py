@@ -257,7 +257,7 @@ EMBEDDING_LOOKUP = OpRecord(
                (Arg("output", ranks=_FROM_2, quant=same_as("values")),)),),
     _vs({Version.V1_0: (_F32,), Version.V1_2: (_I32, _Q8), Version.V1_3: (_F16, _Q8S)}),
     _embedding_kernel, _embedding_shape, _embedding_sample,
-    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST,),
+    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST,), picks=("lookups", "values", None),
     doc="rows of values (dimension 0) picked by lookups; an index out of range fails",
 )
 

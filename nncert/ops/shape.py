@@ -692,7 +692,7 @@ GATHER = _copy_record(
     Signature((Arg("input", ranks=_FROM_1), Arg("axis", T.INT32), Arg("indices", _I32, ranks=_FROM_1)),
               _output(_FROM_1)),
     _V12_TYPES, _gather_kernel, _gather_shape, _gather_sample,
-    check=_gather_check, edges=(_GATHER_LONG,),
+    check=_gather_check, edges=(_GATHER_LONG,), picks=("indices", "input", "axis"),
     doc="input slices along axis picked by indices; output shape "
         "input[:axis] + indices + input[axis+1:]",
 )
