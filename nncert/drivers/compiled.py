@@ -520,9 +520,8 @@ class CompiledDriver(Driver):
         several forms: left out), and the widened model, its shapes known from its inputs'."""
         copy = model.copy()
         wide = widen_float16(copy)
-        targets = [plan.single for n in range(len(wide.main.operations))
-                   if isinstance(plan := _widening_problem(copy, n) or self._probe_plan(wide, n), _Probe)
-                   and not plan.omittable]
+        targets = [plan.single for plan in self._plan_each(copy, wide)
+                   if isinstance(plan, _Probe) and not plan.omittable]
         sg = wide.main
         if not fully_specified(wide) and all(sg.operands[i].fully_specified for i in sg.input_indexes):
             wide = specialize_shapes(wide, [sg.operands[i].dimensions for i in sg.input_indexes])
@@ -575,13 +574,17 @@ class CompiledDriver(Driver):
             if plans is not None:
                 self._planned.move_to_end(key)
                 return plans
-        plans = [_widening_problem(model, n) or self._probe_plan(wide, n)
-                 for n in range(len(wide.main.operations))]
+        plans = self._plan_each(model, wide)
         with self._probe_lock:
             self._planned[key] = plans
             while len(self._planned) > PLANNED_MODELS:
                 self._planned.popitem(last=False)
         return plans
+
+    def _plan_each(self, model: Model, wide: Model) -> list[str | _Probe | None]:
+        """``_widening_problem`` or ``_probe_plan`` of each operation (``_plans`` uncached)."""
+        return [_widening_problem(model, n) or self._probe_plan(wide, n)
+                for n in range(len(wide.main.operations))]
 
     def why_unsupported(self, wide: Model, index: int) -> str | None:
         """Why the driver declines operation ``index`` of a widened model, or None."""
