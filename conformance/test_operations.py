@@ -49,9 +49,15 @@ def _acc_req(key) -> str:
     return tolerance(sig.outputs[0].resolve(var_.types)).requirement
 
 
+@functools.cache
+def _marks(req: str, operation: str, label: str, *extra: str) -> tuple:
+    """A test's requirement and operation marks, made once for all the tests that share them
+    (tens of thousands of marks were a third of collecting this module)."""
+    return (pytest.mark.req(req, "ACC-6", *extra), pytest.mark.operation(operation, label))
+
+
 def _params(keys, *extra):
-    return [pytest.param(k, id=_key_id(k), marks=[pytest.mark.req(_acc_req(k), "ACC-6", *extra),
-                                                   pytest.mark.operation(k[0].name, k[2].label)])
+    return [pytest.param(k, id=_key_id(k), marks=_marks(_acc_req(k), k[0].name, k[2].label, *extra))
             for k in keys]
 
 
@@ -130,10 +136,9 @@ def _edge_params():
     params = []
     for key in EDGES:
         for path in PATHS:
-            marks = [pytest.mark.req(_acc_req(key), "ACC-6"),
-                     pytest.mark.operation(key[0].name, key[2].label)]
+            marks = _marks(_acc_req(key), key[0].name, key[2].label)
             if not _in_ci(key, path):
-                marks.append(pytest.mark.slow)
+                marks = (*marks, pytest.mark.slow)
             params.append(pytest.param(key, path, id=f"{_key_id(key)}-{path}", marks=marks))
     return params
 

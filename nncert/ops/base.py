@@ -205,7 +205,7 @@ class Variant:
     def primary(self) -> OperandType:
         return self.types.get("T", self.bindings[0][1])
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         b = self.types
         parts = [b.get("T", self.bindings[0][1]).short]

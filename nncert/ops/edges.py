@@ -84,10 +84,24 @@ class Without:
     reason: str
 
 
-def edges_of(record: OpRecord, sig: Signature, var_: Variant) -> list[Edge]:
+#: ``edges_of``'s answers by the identity of its arguments (the catalogue's records live as long
+#: as the process; each entry holds its arguments, so an identity is never reused for another).
+_EDGES: dict[tuple[int, int, int], tuple[OpRecord, Signature, Variant, tuple[Edge, ...]]] = {}
+
+
+def edges_of(record: OpRecord, sig: Signature, var_: Variant) -> tuple[Edge, ...]:
     """The edges of one signature and type variant: the record's own, then the shared
     families that apply by themselves (saturating activations, quantisation extremes),
-    less those the record rules out (``Without``)."""
+    less those the record rules out (``Without``). Collecting the per-operation suite asks
+    for each about seven times (every path of every edge case)."""
+    key = (id(record), id(sig), id(var_))
+    hit = _EDGES.get(key)
+    if hit is None:
+        hit = _EDGES[key] = (record, sig, var_, _edges_of(record, sig, var_))
+    return hit[3]
+
+
+def _edges_of(record: OpRecord, sig: Signature, var_: Variant) -> tuple[Edge, ...]:
     own = [e for e in record.edges if isinstance(e, Edge)]
     ruled_out = {w.name for w in record.edges if isinstance(w, Without)}
     found = [e for e in (*own, *SATURATE, *QUANT) if e.name not in ruled_out and
@@ -95,7 +109,7 @@ def edges_of(record: OpRecord, sig: Signature, var_: Variant) -> list[Edge]:
     names = [e.name for e in found]
     if len(set(names)) != len(names):
         raise RuntimeError(f"{record.name} declares an edge twice: {names}")
-    return found
+    return tuple(found)
 
 
 def find(record: OpRecord, sig: Signature, var_: Variant, name: str) -> Edge:
