@@ -452,6 +452,25 @@ def test_unknown_dimensions_at_compile_time(driver):
         check_outputs([_add_chain_golden(x, y)], read_outputs(model, request, [(rows, 3)]), model)
 
 
+@pytest.mark.req("EXE-4", "EXE-1", "EXE-3")
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "fenced"])
+@pytest.mark.parametrize("rank", ["known", "unknown"])
+def test_dynamic_output_shapes_on_every_path(driver, path, rank):
+    """An output of unknown dimensions (0, 0), or of unknown rank, gets its actual shape back
+    on every path that reports shapes (a fenced execution reports none), rank included."""
+    model = _add_chain((2, 3), (0, 0) if rank == "known" else ())
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(3)
+    x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    request = build_request(model, [x, y], [(2, 3)])
+    shapes, _ = execute(prepared, request, path)
+    got = [tuple(s.dimensions) for s in shapes]
+    declared = list(model.main.operands[model.main.output_indexes[0]].dimensions)
+    assert got == [(2, 3)], \
+        f"EXE-4: the {path} path reported output shapes {got} for a (2, 3) output declared {declared}"
+    check_outputs([_add_chain_golden(x, y)], read_outputs(model, request, [(2, 3)]), model)
+
+
 @pytest.mark.req("EXE-6", "VAL-1")
 @pytest.mark.parametrize("rows", [1, 2])
 def test_input_without_shape_at_execution_is_invalid(driver, rows):

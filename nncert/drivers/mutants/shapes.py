@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 
-from nncert.drivers.base import PreparedModel
+from nncert.drivers.base import ExecutionCallback, ExecutionResult, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
@@ -84,6 +86,45 @@ class InsufficientOnSuccess(MutantDriver):
         return [dataclasses.replace(s, is_sufficient=False) for s in shapes], timing
 
 
+class FlattensUnknownRank(MutantDriver):
+    """Reports an output the model leaves of unknown rank (dimensions ()) as one dimension of
+    its element count after a successful run: the values are right, the rank lost (EXE-4)."""
+
+    name = "flattens_unknown_rank"
+
+    def mutate_result(self, model: Model, result: tuple[list[OutputShape], Timing]
+                      ) -> tuple[list[OutputShape], Timing]:
+        shapes, timing = result
+        sg = model.main
+        return [OutputShape((math.prod(s.dimensions),), s.is_sufficient)
+                if not sg.operands[idx].dimensions and len(s.dimensions) > 1 else s
+                for s, idx in zip(shapes, sg.output_indexes, strict=True)], timing
+
+
+class AsyncDropsShapes(MutantDriver):
+    """The asynchronous path notifies a successful run with no output shapes at all (its
+    completion message carries them only on failure): a caller of a model with dynamic outputs
+    cannot tell their shapes (EXE-4)."""
+
+    name = "async_drops_shapes"
+
+    class Prepared(MutantPreparedModel):
+        def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO, deadline=None,
+                    loop_timeout=None) -> ExecutionCallback:
+            callback = ExecutionCallback()
+
+            def run() -> None:
+                result = self._run(request, measure, deadline, loop_timeout)
+                if result.status is ErrorStatus.NONE:
+                    result = ExecutionResult(result.status, [], result.timing, result.message)
+                callback.notify(result)
+
+            threading.Thread(target=run, name="nncert-execute", daemon=True).start()
+            return callback
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(StaticShapesOnly, "DRV-3", suite="test_execution.py",
                args=("-k", "unknown_dimensions_at_compile_time")),
@@ -91,4 +132,8 @@ MUTANT_INFO = (
                args=("-k", "unknown_dimensions_at_compile_time")),
     MutantInfo(InsufficientUnmarked, "EXE-5", suite="test_pools.py", args=("-k", "insufficient")),
     MutantInfo(InsufficientOnSuccess, "EXE-4", suite="test_operations.py", args=("-k", "dynamic_output")),
+    MutantInfo(FlattensUnknownRank, "EXE-4", suite="test_execution.py",
+               args=("-k", "dynamic_output_shapes_on_every_path")),
+    MutantInfo(AsyncDropsShapes, "EXE-4", suite="test_execution.py",
+               args=("-k", "dynamic_output_shapes_on_every_path")),
 )
