@@ -203,11 +203,11 @@ def test_constants_at_their_offsets(driver, kind):
 @pytest.mark.req("EXE-5")
 @pytest.mark.parametrize("path", SHAPE_PATHS)
 @pytest.mark.parametrize("dynamic", [False, True], ids=["known", "unknown"])
-@pytest.mark.parametrize("small", [0, 1], ids=["output0", "output1"])
+@pytest.mark.parametrize("small", [(0,), (1,), (0, 1)], ids=["output0", "output1", "both"])
 def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
-    """Two outputs of different sizes, one buffer an element short: OUTPUT_INSUFFICIENT_SIZE,
-    that output and no other marked, every shape reported in full where the model knows it
-    (and in full or 0 per dimension where it does not)."""
+    """Two outputs of different sizes, one buffer (or both) an element short:
+    OUTPUT_INSUFFICIENT_SIZE, every short output marked and no other, every shape reported in
+    full where the model knows it (and in full or 0 per dimension where it does not)."""
     b = ModelBuilder()
     dims0, dims1 = (3, 5), (2, 7)
     x0, y0 = b.operand(T.TENSOR_FLOAT32, dims0), b.operand(T.TENSOR_FLOAT32, dims0)
@@ -221,17 +221,18 @@ def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
     prepared = prepare_or_skip(driver, model)
     rng = np.random.default_rng(7)
     feeds = [rng.uniform(-2, 2, d).astype(np.float32) for d in (dims0, dims0, dims1)]
-    request = build_request(model, feeds, [dims0, dims1], output_shrink={small: 4})
+    request = build_request(model, feeds, [dims0, dims1], output_shrink=dict.fromkeys(small, 4))
     with pytest.raises(HalError) as info:
         execute(prepared, request, path)
     err = info.value
     assert err.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
-        f"EXE-5: output {small} one element short gave {err.status.name}, expected OUTPUT_INSUFFICIENT_SIZE"
+        f"EXE-5: output(s) {list(small)} one element short gave {err.status.name}, expected " \
+        f"OUTPUT_INSUFFICIENT_SIZE"
     assert len(err.output_shapes) == 2, f"EXE-5: {len(err.output_shapes)} output shapes for 2 outputs"
     for i, (shape, want) in enumerate(zip(err.output_shapes, (dims0, dims1), strict=True)):
-        assert shape.is_sufficient is (i != small), \
-            f"EXE-5: output {i} marked {'sufficient' if shape.is_sufficient else 'insufficient'}; only " \
-            f"output {small} is too small"
+        assert shape.is_sufficient is (i not in small), \
+            f"EXE-5: output {i} marked {'sufficient' if shape.is_sufficient else 'insufficient'}; " \
+            f"output(s) {list(small)} and no other are too small"
         got = tuple(shape.dimensions)
         ok = got == want if not dynamic else \
             len(got) == len(want) and all(g in (0, w) for g, w in zip(got, want, strict=True))

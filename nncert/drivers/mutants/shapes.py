@@ -125,6 +125,29 @@ class AsyncDropsShapes(MutantDriver):
     prepared_class = Prepared
 
 
+class MarksFirstInsufficient(MutantDriver):
+    """Fails with OUTPUT_INSUFFICIENT_SIZE at the first output too small for its result and
+    marks that one only: another output also too small is reported sufficient, so a caller
+    that grows the marked buffer fails again (EXE-5)."""
+
+    name = "marks_first_insufficient"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError as e:
+                if e.status is not ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    raise
+                first = next((i for i, s in enumerate(e.output_shapes) if not s.is_sufficient), None)
+                shapes = [dataclasses.replace(s, is_sufficient=s.is_sufficient or i != first)
+                          for i, s in enumerate(e.output_shapes)]
+                raise HalError(e.status, e.message, shapes) from None
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(StaticShapesOnly, "DRV-3", suite="test_execution.py",
                args=("-k", "unknown_dimensions_at_compile_time")),
@@ -132,6 +155,7 @@ MUTANT_INFO = (
                args=("-k", "unknown_dimensions_at_compile_time")),
     MutantInfo(InsufficientUnmarked, "EXE-5", suite="test_pools.py", args=("-k", "insufficient")),
     MutantInfo(InsufficientOnSuccess, "EXE-4", suite="test_operations.py", args=("-k", "dynamic_output")),
+    MutantInfo(MarksFirstInsufficient, "EXE-5", suite="test_pools.py", args=("-k", "insufficient and both")),
     MutantInfo(FlattensUnknownRank, "EXE-4", suite="test_execution.py",
                args=("-k", "dynamic_output_shapes_on_every_path")),
     MutantInfo(AsyncDropsShapes, "EXE-4", suite="test_execution.py",
