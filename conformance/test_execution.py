@@ -149,6 +149,26 @@ def test_timing(driver, key, path, measure):
         _check_timing(timing, measure is MeasureTiming.YES, f"{path} execution", took_us)
 
 
+@pytest.mark.req("EXE-7")
+@pytest.mark.parametrize("path", [*PATHS, "burst-warm", "fenced-no-wait"])
+def test_timing_follows_each_request(driver, path):
+    """Timing asked, not asked, asked, not asked, on one prepared model of two operations:
+    each execution reports what it was asked for, nothing kept from the one before, and time
+    in driver never below time on device however the model is split up."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(5)
+    for n, measure in enumerate([MeasureTiming.YES, MeasureTiming.NO] * 2):
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(model, [x, y])
+        began = time.monotonic()
+        _, timing = execute(prepared, request, path, measure)
+        took_us = (time.monotonic() - began) * 1e6
+        asked = measure is MeasureTiming.YES
+        _check_timing(timing, asked, f"{path} execution {n + 1} (timing {'asked' if asked else 'not asked'}, "
+                                     f"a two-operation model)", took_us)
+
+
 @pytest.mark.req("EXE-7", "EXE-5")
 @pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
 def test_failed_execution_reports_no_timing(driver, measure):

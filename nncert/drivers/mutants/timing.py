@@ -1,4 +1,5 @@
-"""Mutants that get time wrong: deadlines (EXE-10) and the WHILE loop timeout (EXE-9)."""
+"""Mutants that get time wrong: deadlines (EXE-10), the WHILE loop timeout (EXE-9) and the
+timings they report (EXE-7)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, Prepar
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import NO_TIMING, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 from nncert.ops.interpreter import current_budget, execution_budget, loop_timeout_of
 
 
@@ -165,6 +166,43 @@ class WallClockDeadlines(MutantDriver):
         return super().prepare_model(model, preference, priority, None, model_cache, data_cache, token)
 
 
+class KeepsLastTiming(MutantDriver):
+    """Keeps the last timing it measured in the prepared model (its profiling counters are
+    read, never reset) and reports it for every later execution, asked for or not (EXE-7)."""
+
+    name = "keeps_last_timing"
+
+    class Prepared(MutantPreparedModel):
+        last: Timing | None = None
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute_synchronously(request, measure, deadline, loop_timeout)
+            if timing.time_in_driver != NO_TIMING:
+                self.last = timing
+            elif self.last is not None:
+                timing = self.last
+            return shapes, timing
+
+    prepared_class = Prepared
+
+
+class SplitModelTiming(MutantDriver):
+    """A model of more than one operation runs as several device jobs: the device time it
+    reports adds up the jobs with their queueing, the driver time only their computation, so
+    time on device exceeds time in driver (EXE-7). One-operation models are timed right."""
+
+    name = "split_model_timing"
+
+    def mutate_result(self, model: Model, result: tuple[list[OutputShape], Timing]
+                      ) -> tuple[list[OutputShape], Timing]:
+        shapes, timing = result
+        if timing.time_in_driver == NO_TIMING or len(model.main.operations) < 2:
+            return result
+        return shapes, Timing(timing.time_in_driver + 1, max(0, timing.time_on_device - 1))
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
@@ -174,4 +212,6 @@ MUTANT_INFO = (
     MutantInfo(LoopTimerFromPreparation, "EXE-9", suite="test_control_flow.py", args=("-k", "from_each")),
     MutantInfo(FastFenceDefaultLoopTimeout, "EXE-9", suite="test_control_flow.py",
                args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
+    MutantInfo(KeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
+    MutantInfo(SplitModelTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
 )
