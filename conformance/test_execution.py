@@ -74,6 +74,26 @@ def test_every_path_gives_the_same_results(driver, key):
                 pytest.fail(f"EXE-3: output {i} of the {path} path differs from the sync path")
 
 
+@pytest.mark.req("EXE-3", "BURST-3")
+def test_relaxed_model_gives_the_same_results_on_every_path(driver):
+    """A model that allows float32 to be computed as float16: the driver may take that
+    freedom, but the same request must give the same bits whichever path runs it."""
+    model = _add_chain((4, 8), (4, 8))
+    model.relax_computation_float32_to_float16 = True
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(11)
+    x, y = (rng.uniform(-3, 3, (4, 8)).astype(np.float32) for _ in range(2))
+    results = {}
+    for path in PATHS:
+        request = build_request(model, [x, y])
+        execute(prepared, request, path)
+        results[path] = read_outputs(model, request, [(4, 8)])[0]
+    check_outputs([_add_chain_golden(x, y)], [results["sync"]], model)
+    for path in PATHS[1:]:
+        if not np.array_equal(results["sync"], results[path], equal_nan=True):
+            pytest.fail(f"EXE-3: the {path} path computes a relaxed model differently from the sync path")
+
+
 @pytest.mark.req("EXE-3", "EXE-1")
 @pytest.mark.parametrize("path", PATHS)
 def test_consecutive_requests_each_get_their_own_results(driver, path):

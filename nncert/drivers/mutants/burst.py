@@ -2,12 +2,15 @@
 caches a slot's contents rather than its memory, and bursts that share one slot cache
 (conformance/test_pools.py catches them); one whose warm path gets timing wrong (EXE-7,
 conformance/test_execution.py), and one that keeps the output shapes of a slot set's first
-run (EXE-4, conformance/test_prepared_reuse.py)."""
+run (EXE-4, conformance/test_prepared_reuse.py); one that computes relaxed models its own way
+(EXE-3, conformance/test_execution.py)."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+
+import numpy as np
 
 from nncert.drivers.base import Burst, Deadline
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
@@ -143,10 +146,47 @@ class BurstShapeCache(MutantDriver):
     prepared_class = Prepared
 
 
+def _half(x: np.ndarray | None) -> np.ndarray | None:
+    return x.astype(np.float16).astype(np.float32) if x is not None and x.dtype == np.float32 else x
+
+
+class RelaxedHalfOnBurst(MutantDriver):
+    """A burst (the high-performance state) runs a model that allows relaxed computation on
+    float16 kernels, inputs and results rounded to float16; every other path keeps float32.
+    Each is a valid relaxed result, but one request gives other bits on a burst (EXE-3)."""
+
+    name = "relaxed_half_on_burst"
+
+    class HalfBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            prepared = self.prepared
+            prepared.half = prepared.model.relax_computation_float32_to_float16  # type: ignore[attr-defined]
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            finally:
+                prepared.half = False  # type: ignore[attr-defined]
+
+    class Prepared(MutantPreparedModel):
+        half = False
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            if not self.half:
+                return super().compute(inputs)
+            return [_half(o) for o in super().compute([_half(x) for x in inputs])]
+
+        def configure_execution_burst(self) -> Burst:
+            return RelaxedHalfOnBurst.HalfBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
     MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
     MutantInfo(BurstShapeCache, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "one-burst")),
+    MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
 )
