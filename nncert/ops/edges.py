@@ -354,6 +354,68 @@ def long_reduction(sample: Callable[[SampleContext], None], doc: str) -> Edge:
 
 
 # ---------------------------------------------------------------------------------------
+# Wide int32 data (declared by the records with TENSOR_INT32 data)
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+#: Magnitudes of ``int32_wide``'s "big" values: past float32's 24-bit significand.
+_PAST_FLOAT32 = 2**24 + 1
+#: Bound of the "small" operand of ``big_small`` (a multiplier or divisor).
+_SMALL = 15
+
+
+def _int32_data(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    return var_.types.get("T") is T.TENSOR_INT32 and any(a.type == "T" for a in sig.inputs)
+
+
+def _wide_values(s: SampleContext, kind: str, k: int, dims: tuple[int, ...], value, base: int) -> np.ndarray:
+    n = int(np.prod(dims))
+    if kind == "any":  # anywhere in the type, both extremes included
+        v = s.draw.integers(dims, INT32_MIN, INT32_MAX).reshape(-1)
+        if n >= 2:
+            v[s.draw.int(0, n - 1)] = INT32_MIN
+            v[s.draw.int(0, n - 1)] = INT32_MAX
+        return v.reshape(dims)
+    if kind == "half":  # |v| < 2^30: sums, differences and negations stay in the type
+        return s.draw.integers(dims, -(2**30 - 1), 2**30 - 1)
+    if kind == "near":  # one common offset past 2^30 plus the draw's own values (order and ties kept)
+        small = s.draw.integers(dims, -20, 20) if value is None else np.asarray(value, np.int64)
+        return base + small
+    # big_small: the first data input past 2^24 (either sign), the others in [-15, 15]
+    bound = (2**31 - 1) // _SMALL
+    if k == 0:
+        sign = np.where(s.draw.integers(dims, 0, 1) == 1, 1, -1)
+        return sign * s.draw.integers(dims, _PAST_FLOAT32, bound)
+    return s.draw.integers(dims, -_SMALL, _SMALL)
+
+
+def int32_wide(kind: str) -> Edge:
+    """TENSOR_INT32 data past float32's 24-bit significand, which the samplers (values within
+    +-20) never reach: a kernel that runs int32 through float32 (a GPU's float textures or ALU)
+    is exact there and wrong here. ``kind``: "any" (anywhere in the type, INT32_MIN and
+    INT32_MAX included: data movement, MAXIMUM / MINIMUM), "half" (|v| < 2^30: ADD, SUB, ABS,
+    NEG stay in range), "near" (a common offset of 2^30..2^31 - 2^20, either sign, plus the
+    sampler's own values: distinct integers equal in float32, for comparisons, ARGMAX and
+    TOPK_V2), "big_small" (the first data input past 2^24, the others in [-15, 15]: MUL and
+    DIV stay in range)."""
+
+    def adjust(s: SampleContext) -> None:
+        base = s.draw.choice((1, -1)) * s.draw.int(2**30, 2**31 - 2**20)
+        names = [a.name for a in s.signature.inputs if a.type == "T"]
+        for k, name in enumerate(names):
+            for item in _items(s, name):
+                v = _wide_values(s, kind, k, tuple(item.dims), item.value, base)
+                if s.signature.arg(name).domain == "nonzero":
+                    v = np.where(v == 0, 1, v)
+                item.value = np.asarray(v, np.int64).astype(np.int32)
+
+    docs = {"any": "anywhere in the type, INT32_MIN and INT32_MAX included",
+            "half": "of magnitude up to 2^30 (results stay in range)",
+            "near": "distinct values a few units apart past 2^30 (equal once in float32)",
+            "big_small": "the first past 2^24, the others in [-15, 15] (results stay in range)"}
+    return Edge("int32_wide", "int32", f"int32 data {docs[kind]}", applies=_int32_data, adjust=adjust)
+
+
+# ---------------------------------------------------------------------------------------
 # Length-1 axes (declared by the reductions and normalisations)
 
 

@@ -122,7 +122,8 @@ def _zero_divisors(s: SampleContext) -> None:
 _DIV_EDGES = (*edges.BROADCAST, edges.Edge(
     "int32_zero_divisor", "division",
     "an int32 divisor holding zeros: the execution must succeed, the value there is unspecified",
-    applies=lambda r, sig, v: v.primary is T.TENSOR_INT32, adjust=_zero_divisors))
+    applies=lambda r, sig, v: v.primary is T.TENSOR_INT32, adjust=_zero_divisors),
+    edges.int32_wide("big_small"))
 
 
 def binary(op: Op, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
@@ -263,18 +264,20 @@ RECORDS = [
     binary(Op.ADD, np.add, {Version.V1_0: (T.TENSOR_FLOAT32, *_Q8), Version.V1_2: (T.TENSOR_FLOAT16,),
                             Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
            activation=True, ranks=UP_TO_4, check=_int32_no_activation,
-           edges_=(*edges.BROADCAST, edges.SCALE_OVER_OUTPUT), doc="input0 + input1"),
+           edges_=(*edges.BROADCAST, edges.SCALE_OVER_OUTPUT, edges.int32_wide("half")),
+           doc="input0 + input1"),
     binary(Op.MUL, np.multiply, {Version.V1_0: (T.TENSOR_FLOAT32, *_Q8), Version.V1_2: (T.TENSOR_FLOAT16,),
                                  Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
            activation=True, ranks=UP_TO_4, check=_mul_check, sample=_sample_mul,
-           edges_=(*edges.BROADCAST,
+           edges_=(*edges.BROADCAST, edges.int32_wide("big_small"),
                    edges.Without("quant_scale_one", "a quantised output's scale must exceed the product "
                                                     "of the input scales, 1 at this edge")),
            doc="input0 * input1"),
     binary(Op.SUB, np.subtract, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16, *_Q8),
                                  Version.V1_3: (*_Q8S, T.TENSOR_INT32)},
            activation=True, ranks=UP_TO_4, check=_int32_no_activation,
-           edges_=(*edges.BROADCAST, edges.SCALE_OVER_OUTPUT), doc="input0 - input1"),
+           edges_=(*edges.BROADCAST, edges.SCALE_OVER_OUTPUT, edges.int32_wide("half")),
+           doc="input0 - input1"),
     binary(Op.DIV, _floor_div, {Version.V1_1: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,),
                                 Version.V1_3: (T.TENSOR_INT32,)},
            activation=True, ranks=UP_TO_4, domain1="nonzero", check=_int32_no_activation,
@@ -282,12 +285,16 @@ RECORDS = [
            doc="input0 / input1 (floor division for TENSOR_INT32; any value where an int32 "
                "divisor is zero)"),
     binary(Op.MAXIMUM, np.maximum, _MINMAX, criterion="strict",
+           edges_=(*edges.BROADCAST, edges.int32_wide("any")),
            doc="element-wise max(input0, input1); quantised inputs and output may differ in scale"),
     binary(Op.MINIMUM, np.minimum, _MINMAX, criterion="strict",
+           edges_=(*edges.BROADCAST, edges.int32_wide("any")),
            doc="element-wise min(input0, input1); quantised inputs and output may differ in scale"),
     unary(Op.ABS, np.abs, {Version.V1_2: _F, Version.V1_3: (T.TENSOR_INT32,)}, criterion="strict",
+          edges_=(edges.int32_wide("half"),),
           doc="|input|"),
     unary(Op.NEG, np.negative, {Version.V1_2: (*_F, T.TENSOR_INT32)}, criterion="strict",
+          edges_=(edges.int32_wide("half"),),
           doc="-input"),
     unary(Op.FLOOR, np.floor, {Version.V1_0: (T.TENSOR_FLOAT32,), Version.V1_2: (T.TENSOR_FLOAT16,)},
           ranks=UP_TO_4, criterion="medium", sample=_sample_floor, discrete=True,

@@ -296,7 +296,8 @@ SPLIT = OpRecord(
     _split_kernel, _split_shape, _split_sample, criterion="strict",
     check=_split_check,
     edges=(edges.Edge("parts_of_1", "split", "every part one element thick along axis",
-                      sample=lambda s: _split_sample(s, unit=True)),),
+                      sample=lambda s: _split_sample(s, unit=True)),
+           edges.int32_wide("any")),
     doc="the input cut along axis into num_splits equal parts, one output each",
 )
 

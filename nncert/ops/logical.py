@@ -93,7 +93,8 @@ _SIGNED_ZEROS = edges.Edge(
 
 def _comparison(op: Op, fn, doc: str) -> OpRecord:
     return binary(op, fn, {Version.V1_2: _BOOL + _DATA, Version.V1_3: _Q8S}, out=T.TENSOR_BOOL8,
-                  criterion="strict", sample=_sample_comparison, edges_=(*edges.BROADCAST, _SIGNED_ZEROS),
+                  criterion="strict", sample=_sample_comparison,
+                  edges_=(*edges.BROADCAST, _SIGNED_ZEROS, edges.int32_wide("near")),
                   doc=doc)
 
 
@@ -142,7 +143,7 @@ RECORDS = [
            sample=sample_broadcast_pair, doc="input0 OR input1"),
     unary(Op.LOGICAL_NOT, np.logical_not, {Version.V1_2: _BOOL}, criterion="strict", doc="NOT input"),
     OpRecord(Op.SELECT, (_SELECT,), by_version({Version.V1_2: _DATA, Version.V1_3: _Q8S}), _select,
-             _select_shape, _sample_select, criterion="strict",
+             _select_shape, _sample_select, criterion="strict", edges=(edges.int32_wide("any"),),
              doc="input1 where input0 is true, else input2 (same shapes); quantised inputs "
                  "and output may differ in scale"),
 ]

@@ -257,7 +257,8 @@ EMBEDDING_LOOKUP = OpRecord(
                (Arg("output", ranks=_FROM_2, quant=same_as("values")),)),),
     _vs({Version.V1_0: (_F32,), Version.V1_2: (_I32, _Q8), Version.V1_3: (_F16, _Q8S)}),
     _embedding_kernel, _embedding_shape, _embedding_sample,
-    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST,), picks=("lookups", "values", None),
+    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST, edges.int32_wide("any")),
+    picks=("lookups", "values", None),
     doc="rows of values (dimension 0) picked by lookups; an index out of range fails",
 )
 
@@ -340,7 +341,7 @@ HASHTABLE_LOOKUP = OpRecord(
                 Arg("hits", _Q8, ranks=(1,), quant=fixed(1.0, 0)))),),
     _vs({Version.V1_0: (_F32, _I32, _Q8)}),
     _hashtable_kernel, _hashtable_shape, _hashtable_sample,
-    criterion="strict", check=_hashtable_check, edges=(_MISSES,),
+    criterion="strict", check=_hashtable_check, edges=(_MISSES, edges.int32_wide("any")),
     graphs="its keys must be a sorted table of distinct int32 values with one entry per row "
            "of values, which no other operation of a random graph computes",
     doc="for each lookup, the row of values at the position of the equal key (keys sorted "
@@ -585,6 +586,7 @@ _TOPK_EDGES = (
     edges.Edge("k_is_n", "selection", "k equal to the last dimension: the whole row sorted",
                sample=_k_is_n),
     edges.Edge("k_is_1", "selection", "k = 1: the maximum of each row", sample=_k_is_1),
+    edges.int32_wide("near"),
 )
 
 TOPK_V2 = OpRecord(

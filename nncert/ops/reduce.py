@@ -229,7 +229,8 @@ def _arg(op: Op, fn: Callable[..., np.ndarray], doc: str) -> OpRecord:
     vs = (*variants(V.V1_2, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, _Q8),
           *variants(V.V1_3, _Q8S))
     own = (edges.axis_of_1("axis"),
-           edges.long_reduction(_long_arg_sample, f"an axis of {LONG}, the extreme past index 65536"))
+           edges.long_reduction(_long_arg_sample, f"an axis of {LONG}, the extreme past index 65536"),
+           edges.int32_wide("near"))
     return OpRecord(op, (_ARG,), vs, _arg_kernel(fn), _arg_shape, _arg_sample,
                     criterion="strict", edges=own, doc=doc)
 

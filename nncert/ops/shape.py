@@ -159,7 +159,7 @@ RESHAPE = _copy_record(
     _vs({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,), Version.FL6: (_I32,)}),
     lambda ctx: [np.reshape(ctx.value("input"), _reshape_target(ctx))],
     lambda ctx: [_reshape_target(ctx)],
-    _reshape_sample,
+    _reshape_sample, edges=(edges.int32_wide("any"),),
     doc="the input's values in row-major order under a new shape (one entry may be -1)",
 )
 
@@ -402,7 +402,7 @@ EXPAND_DIMS = _copy_record(
     Signature((Arg("input", ranks=_FROM_1), Arg("axis", T.INT32)), _output(_FROM_1)),
     _V12_TYPES,
     lambda ctx: [np.reshape(ctx.value("input"), _expand_shape(ctx)[0])],
-    _expand_shape, _expand_sample,
+    _expand_shape, _expand_sample, edges=(edges.int32_wide("any"),),
     doc="the input with a dimension of size 1 inserted at axis",
 )
 
@@ -592,6 +592,7 @@ SLICE = _copy_record(
     Signature((Arg("input", ranks=_FROM_1), Arg("begin", _I32, ranks=(1,)),
                Arg("size", _I32, ranks=(1,))), _output(_FROM_1)),
     _V12_TYPES, _slice_kernel, lambda ctx: [tuple(n for _, n in _slice_bounds(ctx))], _slice_sample,
+    edges=(edges.int32_wide("any"),),
     doc="the block of size[i] elements from begin[i] along each dimension i (-1: to the end)",
 )
 
@@ -625,6 +626,7 @@ TILE = _copy_record(
     lambda ctx: [np.tile(ctx.value("input"), _multiples(ctx)[1])],
     lambda ctx: [tuple(d * m for d, m in zip(*_multiples(ctx), strict=True))],
     _tile_sample,
+    edges=(edges.int32_wide("any"),),
     doc="the input repeated multiples[i] times along each dimension i",
 )
 
@@ -692,7 +694,7 @@ GATHER = _copy_record(
     Signature((Arg("input", ranks=_FROM_1), Arg("axis", T.INT32), Arg("indices", _I32, ranks=_FROM_1)),
               _output(_FROM_1)),
     _V12_TYPES, _gather_kernel, _gather_shape, _gather_sample,
-    check=_gather_check, edges=(_GATHER_LONG,), picks=("indices", "input", "axis"),
+    check=_gather_check, edges=(_GATHER_LONG, edges.int32_wide("any")), picks=("indices", "input", "axis"),
     doc="input slices along axis picked by indices; output shape "
         "input[:axis] + indices + input[axis+1:]",
 )

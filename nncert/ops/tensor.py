@@ -332,7 +332,8 @@ PACK = OpRecord(
                       "(interleaving the inputs element by element)",
                       sample=lambda s: _pack_sample(s, "axis_after_last")),
            edges.Edge("single_input", "pack", "one input: a reshape that inserts a 1 at axis",
-                      sample=lambda s: _pack_sample(s, "single_input"))),
+                      sample=lambda s: _pack_sample(s, "single_input")),
+           edges.int32_wide("any")),
     doc="the N input tensors (one shape) stacked along a new dimension axis",
 )
 
@@ -410,15 +411,15 @@ MIRROR_PAD = OpRecord(
                (Arg("output", ranks=_FROM_1, quant=same_as("input")),)),),
     tuple(variants(Version.FL7, *_COPY_TYPES)),
     _mirror_kernel, _mirror_shape, _mirror_sample, criterion="strict",
-    edges=tuple(edges.Edge(name, "padding", doc, sample=lambda s, name=name: _mirror_sample(s, name))
-                for name, doc in (
+    edges=(*(edges.Edge(name, "padding", doc, sample=lambda s, name=name: _mirror_sample(s, name))
+             for name, doc in (
                     ("reflect_widest", "REFLECT with every padding dimension - 1 (the largest "
                                        "valid): the mirror reaches the far border element"),
                     ("symmetric_widest", "SYMMETRIC with every padding the dimension: a whole "
                                          "reversed copy on each side"),
                     ("zero_some_axes", "some axes unpadded (0, 0), at least one padded"),
                     ("symmetric_axis_of_1", "SYMMETRIC padding 1 on each side of a length-1 axis: "
-                                            "its one value three times"))),
+                                            "its one value three times"))), edges.int32_wide("any")),
     doc="the input padded with its own mirror image: REFLECT (0) leaves out the border "
         "element, SYMMETRIC (1) repeats it",
 )
@@ -462,7 +463,8 @@ REVERSE = OpRecord(
            edges.Edge("last_axis", "reverse", "the last axis of a rank 2..4 input: elements "
                       "reversed within each innermost row", sample=lambda s: _reverse_sample(s, "last_axis")),
            edges.Edge("axis_of_1", "length_1", "the reversed axis of length 1 (the identity), "
-                      "the others 2..4", sample=lambda s: _reverse_sample(s, "axis_of_1"))),
+                      "the others 2..4", sample=lambda s: _reverse_sample(s, "axis_of_1")),
+           edges.int32_wide("any")),
     doc="the input with dimension axis reversed",
 )
 

@@ -547,6 +547,35 @@ class QuantizeThroughInt32(MutantDriver):
         return [np.clip(wrapped + out.zero_point, info.min, info.max).astype(results[0].dtype)]
 
 
+
+def _through_float32(x: np.ndarray) -> np.ndarray:
+    wide = np.asarray(x).astype(np.float32).astype(np.float64)
+    return np.clip(wide, -(2.0**31), 2.0**31 - 1).astype(np.int64).astype(np.int32)
+
+
+class Int32ThroughFloat32(MutantDriver):
+    """A GPU driver that holds TENSOR_INT32 data in float32 (its textures and ALU have no
+    32-bit integers): every operation whose data type is TENSOR_INT32 reads its data inputs
+    rounded to float32 and stores its int32 outputs so. Exact for the samplers' values (within
+    +-20, as any below 2^24); wrong past 2^24: sums, products, data copied through, and
+    comparisons, ARGMAX and TOPK_V2 among distinct values a few units apart."""
+
+    name = "int32_through_float32"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        inst = _Instance(op, operands, inputs, outputs)
+        data = [p for a in inst.match.signature.inputs if a.type == "T"
+                for p in inst.match.positions.get(a.name, [])
+                if operands[p] is not None and operands[p].type is T.TENSOR_INT32]
+        if not data:
+            return results
+        raw = list(inputs)
+        for p in data:
+            raw[p] = _through_float32(raw[p])
+        got = evaluate(inst.record, operands, raw, outputs)
+        return [_through_float32(g) if o.type is T.TENSOR_INT32 else g
+                for g, o in zip(got, outputs, strict=True)]
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -595,4 +624,6 @@ MUTANT_INFO = (
                args=("-k", "edge_global_window and sync")),
     MutantInfo(QuantizeThroughInt32, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_huge_inputs and sync")),
+    MutantInfo(Int32ThroughFloat32, "ACC-3", suite="test_operations.py",
+               args=("-k", "edge_int32_wide and sync")),
 )
