@@ -9,8 +9,8 @@ same models set to each value its operation's rules reject (``parameter_mutation
 of 0, an axis out of range, a negative padding, a beta that is not positive, NaN); the driver
 may refuse it at supported_operations, prepare_model or execution, but never run it.
 
-Requests (VAL-1, VAL-2): every request mutation (``request_mutations``: an argument removed,
-a location outside its pool or naming no pool, a length that is not the operand's, dimensions
+Requests (VAL-1, VAL-2): every request mutation (``request_mutations``: an argument removed
+or one too many, a location outside its pool or naming no pool, a length that is not the operand's, dimensions
 that conflict with the model's or have another rank, a required input given no value, a pool
 that is empty or too short) is applied to every input and output, on every execution path,
 and must get INVALID_ARGUMENT without a byte of the caller's pools written. The requests carry

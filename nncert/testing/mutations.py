@@ -52,9 +52,9 @@ GUARD = 5
 
 #: The request mutation kinds, in the order they are produced (per argument: location, then
 #: dimensions; then the omitted inputs, then the pools).
-REQUEST_KINDS = ("remove_input", "remove_output", "location_pool", "location_offset", "location_padding",
-                 "location_length", "dimensions_rank", "dimensions_value", "no_value", "pool_empty",
-                 "pool_short", "remove_pool")
+REQUEST_KINDS = ("remove_input", "remove_output", "extra_input", "extra_output", "location_pool",
+                 "location_offset", "location_padding", "location_length", "dimensions_rank",
+                 "dimensions_value", "no_value", "pool_empty", "pool_short", "remove_pool")
 
 #: Operand types a model may use (the OEM types are not part of the AIDL HAL).
 VALID_OPERAND_TYPES = tuple(t for t in OperandType if t not in (T.OEM, T.TENSOR_OEM_BYTE))
@@ -642,8 +642,9 @@ def _conflicts(model_dims: Sequence[int], dims: Sequence[int]) -> bool:
 def request_mutations(request: Request, model: Model | None = None) -> Iterator[tuple[str, Request]]:
     """Invalid variants of a valid ``request`` (fresh copies sharing its pools, or new pools
     holding the same bytes), labelled ``kind[where]=change``: each input removed, then each
-    output removed; given the ``model``, then every argument mutation of ``REQUEST_KINDS`` on
-    every input and output, and the pool mutations."""
+    output removed; given the ``model``, then one input and one output too many (a copy of
+    the last, valid for its operand: only the count is wrong), every argument mutation of
+    ``REQUEST_KINDS`` on every input and output, and the pool mutations."""
     for i in range(len(request.inputs)):
         r = _copy_request(request)
         del r.inputs[i]
@@ -654,6 +655,14 @@ def request_mutations(request: Request, model: Model | None = None) -> Iterator[
         yield f"remove_output[{i}]", r
     if model is None:
         return
+    for what in ("input", "output"):
+        r = _copy_request(request)
+        args = r.inputs if what == "input" else r.outputs
+        if args:
+            last = args[-1]
+            args.append(RequestArgument(last.has_no_value, dataclasses.replace(last.location),
+                                        tuple(last.dimensions)))
+            yield f"extra_{what}[{what} {len(args) - 1}]", r
     sg = model.main
     for what, i, arg in _arguments(request):
         if arg.has_no_value:

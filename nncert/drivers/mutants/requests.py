@@ -295,6 +295,30 @@ class ClampsLookupIndices(MutantDriver):
         return super().run(model, clamped)
 
 
+class IgnoresExtraArguments(MutantDriver):
+    """Binds the model's inputs and outputs to the first arguments of the request and never
+    counts them: a request with an argument too many runs (on the arguments it has room for)
+    where it must fail with INVALID_ARGUMENT (VAL-1). One too few is refused."""
+
+    name = "ignores_extra_arguments"
+
+    class Prepared(MutantPreparedModel):
+        def _trimmed(self, request: Request) -> Request:
+            sg = self.model.main
+            return Request(request.inputs[:len(sg.input_indexes)], request.outputs[:len(sg.output_indexes)],
+                           request.pools)
+
+        def check_request(self, request: Request) -> None:
+            super().check_request(self._trimmed(request))
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            return super().execute_synchronously(self._trimmed(request), measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
@@ -305,4 +329,5 @@ MUTANT_INFO = (
     MutantInfo(ClampsLookupIndices, "VAL-1", suite="test_execution.py", args=("-k", "lookup_index")),
     MutantInfo(RemembersValidPools, "VAL-1", suite="test_validation.py",
                args=("-k", "mutated_request and two_outputs")),
+    MutantInfo(IgnoresExtraArguments, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
 )
