@@ -4,8 +4,8 @@ decline an operation, never call the model invalid), and rejects with INVALID_AR
 an object valid in a newer version is not valid in an older one.
 
 The models: for each version after 1.0, the catalogue's first operation variant that version
-introduced, and a WHILE loop (HAL 1.3 control flow). On a driver of the newest level every
-model is one it must take."""
+introduced, a HAL 1.0 model that allows relaxed computation (a HAL 1.1 field), and a WHILE loop
+(HAL 1.3 control flow). On a driver of the newest level every model is one it must take."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from nncert.hal.validation import validate_model
 from nncert.ops import records
 from nncert.testing.cases import sample_case
 from nncert.testing.control_flow_models import counting_while_model
-from nncert.testing.harness import expect_invalid
+from nncert.testing.harness import add_model, expect_invalid
 
 
 def _first_of_each_version() -> dict[str, object]:
@@ -31,8 +31,16 @@ def _first_of_each_version() -> dict[str, object]:
                                        0 if r.activation else None, 0)
     models = {f"{v.label}-{key[0].name}-{key[2].label}": (lambda k=key: sample_case(*k).model()[0])
               for v, key in sorted(found.items())}
+    models["1.1-relaxed-ADD"] = _relaxed_add
     models["1.3-WHILE"] = counting_while_model
     return models
+
+
+def _relaxed_add() -> Model:
+    """x + y (HAL 1.0) with relaxComputationFloat32toFloat16 set, which HAL 1.1 introduced."""
+    model = add_model()
+    model.relax_computation_float32_to_float16 = True
+    return model
 
 
 MODELS = _first_of_each_version()

@@ -113,6 +113,34 @@ class Hal12TakesNewer(MutantDriver):
         return self.save_to_cache(self.prepared_class(model.copy(), self), model_cache, data_cache, token)
 
 
+def _without_relaxed(model: Model) -> Model:
+    if not model.relax_computation_float32_to_float16:
+        return model
+    model = model.copy()
+    model.relax_computation_float32_to_float16 = False
+    return model
+
+
+class Hal10DropsRelaxed(MutantDriver):
+    """A HAL 1.0 driver that converts every model down to 1.0 before validating it, dropping
+    relaxComputationFloat32toFloat16 (a 1.1 field) on the way: it claims, prepares and runs in
+    float32 a model that only HAL 1.1 defines, where it must call it invalid (VER-1)."""
+
+    name = "hal10_drops_relaxed"
+    feature_level = Version.V1_0
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        return super().supported_operations(_without_relaxed(model))
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        return super().prepare_model(_without_relaxed(model), preference, priority, deadline, model_cache,
+                                     data_cache, token)
+
+
 MUTANT_INFO = (
     MutantInfo(Fp16ConvUncompiled, "DRV-2", suite="test_operations.py",
                args=("-k", "CONV_2D and float16 and s0 and not (dynamic or internal or tensors)")),
@@ -120,4 +148,5 @@ MUTANT_INFO = (
                args=("-k", "relaxed and (LOGISTIC or TANH)")),
     MutantInfo(ShortMacTile, "MLTS-1", suite="../mlts/test_accuracy.py", args=("-k", "digits_mlp")),
     MutantInfo(Hal12TakesNewer, "VER-1", suite="test_versions.py"),
+    MutantInfo(Hal10DropsRelaxed, "VER-1", suite="test_versions.py", args=("-k", "relaxed")),
 )
