@@ -186,8 +186,18 @@ def test_allocate_empty_roles(domains, name):
 @pytest.mark.req("MEM-4", "VAL-2")
 @pytest.mark.parametrize("name", TYPES)
 def test_allocate_bad_prepared_model(domains, name):
-    """A prepared model this driver never made (the VTS's InvalidPreparedModel)."""
+    """A prepared model this driver never made (the VTS's InvalidPreparedModel), bare or holding
+    a valid model as another driver's prepared model does."""
     _refused_each_way(domains, "a foreign prepared model", [PreparedModel()])
+    _refused_each_way(domains, "another driver's prepared model of a valid model",
+                      [_OtherDriversPrepared(_relu_model(name))])
+
+
+class _OtherDriversPrepared(PreparedModel):
+    """A prepared model of some other driver: it keeps its model where drivers usually do."""
+
+    def __init__(self, model) -> None:
+        self.model = model
 
 
 @pytest.mark.req("MEM-4")

@@ -183,6 +183,15 @@ class BusyBuffer(MutantDriver):
     memory_domain = _BufferDomain(_BusyBuffer)
 
 
+class AnyPreparedModel(MutantDriver):
+    """allocate takes the model of any prepared model that has one where drivers keep it
+    (``.model``), not only of its own: a buffer gets roles on another driver's prepared model
+    (MEM-4, VAL-2). A bare object without a model is refused."""
+
+    name = "any_prepared_model"
+    memory_domain = MemoryDomain(lambda prepared: getattr(prepared, "model", None))
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -190,4 +199,5 @@ MUTANT_INFO = (
     MutantInfo(ByteCountOnly, "MEM-5", suite="test_memory_domains.py", args=("-k", "copy_from_bad_dim")),
     MutantInfo(BusyBuffer, "MEM-7", suite="test_memory_domains.py", args=("-k", "concurrent")),
     MutantInfo(BurstBufferSnapshot, "MEM-5", suite="test_memory_domains.py", args=("-k", "burst_reads_each")),
+    MutantInfo(AnyPreparedModel, "MEM-4", suite="test_memory_domains.py", args=("-k", "bad_prepared_model")),
 )
