@@ -336,6 +336,10 @@ def test_copy_from_bad_dimensions_dynamic(domains, name):
         _expect_copy(lambda b=bad: buffer.copy_from(memory, b), INVALID, f"copy_from with dimensions {bad} "
                      f"into a buffer of unknown dimensions", "MEM-6")
     _expect_copy(lambda: buffer.copy_from(memory, DIMS), OK, f"copy_from with dimensions {DIMS}", "MEM-6")
+    # Initialised, the buffer's dimensions are still unknown: a copy must give them again.
+    _expect_copy(lambda: buffer.copy_from(memory, ()), INVALID,
+                 f"copy_from without dimensions into a buffer of unknown dimensions that holds a {DIMS}",
+                 "MEM-6")
 
 
 @pytest.mark.req("MEM-5")

@@ -192,6 +192,23 @@ class AnyPreparedModel(MutantDriver):
     memory_domain = MemoryDomain(lambda prepared: getattr(prepared, "model", None))
 
 
+class _ShapeFromContentsBuffer(DeviceBuffer):
+    def copy_from(self, source: Memory, dimensions: Sequence[int] = ()) -> None:
+        held = self.snapshot()
+        if not tuple(dimensions) and held is not None and not self.type.is_scalar:
+            dimensions = held.shape  # the shape of what it holds stands in for the missing one
+        super().copy_from(source, dimensions)
+
+
+class ShapeFromContents(MutantDriver):
+    """copy_from without dimensions into a buffer of unknown dimensions takes the shape of what
+    the buffer holds now, where it must be refused: the buffer's own dimensions are unknown
+    (MEM-6). Into an empty such buffer it is refused."""
+
+    name = "shape_from_contents"
+    memory_domain = _BufferDomain(_ShapeFromContentsBuffer)
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -200,4 +217,6 @@ MUTANT_INFO = (
     MutantInfo(BusyBuffer, "MEM-7", suite="test_memory_domains.py", args=("-k", "concurrent")),
     MutantInfo(BurstBufferSnapshot, "MEM-5", suite="test_memory_domains.py", args=("-k", "burst_reads_each")),
     MutantInfo(AnyPreparedModel, "MEM-4", suite="test_memory_domains.py", args=("-k", "bad_prepared_model")),
+    MutantInfo(ShapeFromContents, "MEM-6", suite="test_memory_domains.py",
+               args=("-k", "copy_from_bad_dimensions_dynamic")),
 )
