@@ -579,6 +579,9 @@ def test_execution_bad_dimensions(domains, name, path):
     request = Request([_shared(0, n, bad)], [_device(1)], [shared, token])
     _expect(prepared, request, path, FAILURE,
             f"a {list(bad)} result into a buffer of dimensions {list(DIMS)}")
+    # The failed run leaves its output buffer uninitialised, whatever it held before (MEM-4).
+    _expect_copy(partial(buffer.copy_to, _memory(_nbytes(name))), FAILURE,
+                 f"copy_to from a buffer whose {path} execution as an output failed", "MEM-4")
 
 
 @pytest.mark.req("MEM-6", "EXE-4")

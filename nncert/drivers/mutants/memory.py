@@ -209,6 +209,20 @@ class ShapeFromContents(MutantDriver):
     memory_domain = _BufferDomain(_ShapeFromContentsBuffer)
 
 
+class _KeptOnFailureBuffer(DeviceBuffer):
+    def invalidate(self) -> None:
+        pass  # the device never hears that the run failed: the old contents stay valid
+
+
+class KeepsFailedOutputs(MutantDriver):
+    """An execution that fails leaves its output buffers initialised, holding what they held
+    before, where they must become uninitialised: a later copy_to or input use reads stale
+    data as though the run had not happened (MEM-4)."""
+
+    name = "keeps_failed_outputs"
+    memory_domain = _BufferDomain(_KeptOnFailureBuffer)
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -219,4 +233,6 @@ MUTANT_INFO = (
     MutantInfo(AnyPreparedModel, "MEM-4", suite="test_memory_domains.py", args=("-k", "bad_prepared_model")),
     MutantInfo(ShapeFromContents, "MEM-6", suite="test_memory_domains.py",
                args=("-k", "copy_from_bad_dimensions_dynamic")),
+    MutantInfo(KeepsFailedOutputs, "MEM-4", suite="test_memory_domains.py",
+               args=("-k", "execution_bad_dimensions")),
 )
