@@ -243,6 +243,14 @@ def test_endless_while_stops_at_the_loop_timeout(driver, path):
 
 
 @pytest.mark.req("EXE-9", "EXE-10")
+@pytest.mark.parametrize("path", PATHS)
+def test_endless_while_stops_at_a_zero_loop_timeout(driver, path):
+    """A loop timeout of 0 is a timeout of 0, not "unset": the loop fails at once rather than
+    after the default 2 s."""
+    _expect_missed(driver, 0, path, STOPPED_WITHIN_S)
+
+
+@pytest.mark.req("EXE-9", "EXE-10")
 def test_endless_while_stops_at_the_default_loop_timeout(driver):
     """No loop timeout given: the default of 2 s applies (LOOP_TIMEOUT_DEFAULT_NS)."""
     _expect_missed(driver, None, "sync", LOOP_TIMEOUT_DEFAULT_NS / 1e9 + STOPPED_WITHIN_S)

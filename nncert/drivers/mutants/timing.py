@@ -203,6 +203,21 @@ class SplitModelTiming(MutantDriver):
         return shapes, Timing(timing.time_in_driver + 1, max(0, timing.time_on_device - 1))
 
 
+class ZeroLoopTimeoutUnset(MutantDriver):
+    """Takes a loop timeout of 0 for "not given" (a C++ driver testing the duration for
+    truthiness): the default 2 s applies, and a WHILE that must fail at once runs on (EXE-9)."""
+
+    name = "zero_loop_timeout_unset"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            return super().execute_synchronously(request, measure, deadline, loop_timeout or None)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
@@ -212,6 +227,8 @@ MUTANT_INFO = (
     MutantInfo(LoopTimerFromPreparation, "EXE-9", suite="test_control_flow.py", args=("-k", "from_each")),
     MutantInfo(FastFenceDefaultLoopTimeout, "EXE-9", suite="test_control_flow.py",
                args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
+    MutantInfo(ZeroLoopTimeoutUnset, "EXE-9", suite="test_control_flow.py",
+               args=("-k", "zero_loop and burst")),
     MutantInfo(KeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
     MutantInfo(SplitModelTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
 )
