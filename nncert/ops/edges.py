@@ -343,6 +343,46 @@ SCALE_OVER_OUTPUT = Edge(
     applies=_two_quant_inputs, sample=_over_output, output_quant="below_inputs")
 
 
+
+# ---------------------------------------------------------------------------------------
+# Requantisation multipliers above 1 (declared by the filtered operations)
+
+
+def _quant_data(record: OpRecord, sig: Signature, var_: Variant) -> bool:
+    return sig.inputs[0].resolve(var_.types) in _EIGHT_BIT
+
+
+def _small_sums(s: SampleContext) -> None:
+    """Every quantised tensor input (data, filter) at its zero point or up to two steps off
+    (half of them), the int32 bias 0 or one step: each output's integer sum is a few dozen
+    steps of input x filter at most, so the output (policy "range") gets a scale below their
+    product."""
+    for a in s.signature.inputs:
+        t = s.type(a.name)
+        if not t.is_tensor or not (t.is_quant or t is T.TENSOR_INT32):
+            continue
+        for item in _items(s, a.name):
+            if t is T.TENSOR_INT32:
+                item.value = s.draw.integers(item.dims, -1, 1)
+                continue
+            if _asymm(t):
+                lo, hi = t.quant_range
+                item.zero_point = s.draw.int(lo + 2, hi - 2)
+            elif item.channel_dim is None:
+                item.zero_point = 0
+            zp = item.zero_point or 0
+            step = s.draw.integers(item.dims, -2, 2) * (s.draw.integers(item.dims, 0, 1) == 0)
+            item.value = zp + step
+
+
+MULTIPLIER_ABOVE_ONE = Edge(
+    "quant_multiplier_above_one", "quant",
+    "an output scale below input scale x filter scale (valid since HAL 1.2): sums of a few "
+    "steps, the output covering just them, a requantisation multiplier above 1 (2 to 255) that "
+    "a right-shift-only fixed-point path cannot take",
+    applies=_quant_data, adjust=_small_sums, output_quant="range",
+    reached=lambda pre: FULL if np.any(pre[np.isfinite(pre)] != 0) else 0)
+
 # ---------------------------------------------------------------------------------------
 # Long reductions and accumulations (declared by the records, which know their inputs)
 

@@ -576,6 +576,31 @@ class Int32ThroughFloat32(MutantDriver):
         return [_through_float32(g) if o.type is T.TENSOR_INT32 else g
                 for g, o in zip(got, outputs, strict=True)]
 
+
+_FILTERED = (OperationType.CONV_2D, OperationType.DEPTHWISE_CONV_2D, OperationType.GROUPED_CONV_2D,
+             OperationType.TRANSPOSE_CONV_2D, OperationType.FULLY_CONNECTED)
+
+
+class RequantMultiplierBelowOne(MutantDriver):
+    """Quantised convolutions and FULLY_CONNECTED (one filter scale) requantise with a
+    fixed-point multiplier that can only shift right: input scale x filter scale / output
+    scale of 1 or more is taken as the largest value below 1. Right for every output scale
+    above the product (all that HAL 1.0-1.1 allowed, and all that the generated cases draw);
+    wrong below it."""
+
+    name = "requant_multiplier_below_one"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in _FILTERED or outputs[0].type not in _EIGHT_BIT or operands[1].channel_quant:
+            return results
+        multiplier = operands[0].scale * operands[1].scale / outputs[0].scale
+        if multiplier < 1:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        lo, hi = ACTIVATION_RANGE[FusedActivationFunc(inst.scalar("act", 0))]
+        pre = evaluate_real(inst.record, operands, inst.with_scalar("act", 0), outputs)[0]
+        return [from_real(np.clip(pre * ((1 - 2.0**-31) / multiplier), lo, hi), outputs[0])]
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -626,4 +651,6 @@ MUTANT_INFO = (
                args=("-k", "edge_huge_inputs and sync")),
     MutantInfo(Int32ThroughFloat32, "ACC-3", suite="test_operations.py",
                args=("-k", "edge_int32_wide and sync")),
+    MutantInfo(RequantMultiplierBelowOne, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_multiplier_above_one and sync")),
 )
