@@ -141,6 +141,22 @@ class Hal10DropsRelaxed(MutantDriver):
                                      data_cache, token)
 
 
+class SupportKeptByOperationTypes(MutantDriver):
+    """Keeps each supported_operations answer by the model's list of operation types (the
+    answer depends on them, the vendor reasoned) and gives it again for any model of the same
+    types, without validating it: a mutation of a model it has answered for is claimed where it
+    must be refused (VAL-1)."""
+
+    name = "support_kept_by_operation_types"
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        answers = self.__dict__.setdefault("_answers", {})
+        key = tuple(op.type for op in model.main.operations)
+        if key not in answers:
+            answers[key] = super().supported_operations(model)
+        return list(answers[key])
+
+
 MUTANT_INFO = (
     MutantInfo(Fp16ConvUncompiled, "DRV-2", suite="test_operations.py",
                args=("-k", "CONV_2D and float16 and s0 and not (dynamic or internal or tensors)")),
@@ -148,5 +164,7 @@ MUTANT_INFO = (
                args=("-k", "relaxed and (LOGISTIC or TANH)")),
     MutantInfo(ShortMacTile, "MLTS-1", suite="../mlts/test_accuracy.py", args=("-k", "digits_mlp")),
     MutantInfo(Hal12TakesNewer, "VER-1", suite="test_versions.py"),
+    MutantInfo(SupportKeptByOperationTypes, "VAL-1", suite="test_validation.py",
+               args=("-k", "mutated_model and ADD-float32")),
     MutantInfo(Hal10DropsRelaxed, "VER-1", suite="test_versions.py", args=("-k", "relaxed")),
 )
