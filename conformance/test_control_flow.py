@@ -28,7 +28,15 @@ from nncert.testing.control_flow_models import (
     if_golden,
     if_model,
 )
-from nncert.testing.harness import FAST_PATHS, PATHS, check_outputs, execute, prepare_or_skip, status_of
+from nncert.testing.harness import (
+    FAST_PATHS,
+    PATHS,
+    check_outputs,
+    execute,
+    expect_invalid,
+    prepare_or_skip,
+    status_of,
+)
 
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 #: A 1 ms loop timeout: a loop that never ends must be stopped within this much (seconds),
@@ -240,6 +248,18 @@ def test_loop_timeout_counts_from_each_execution(driver):
 def test_endless_while_stops_at_the_loop_timeout(driver, path):
     """An endless WHILE with a 1 ms loop timeout fails with MISSED_DEADLINE_* at once."""
     _expect_missed(driver, SHORT_LOOP_TIMEOUT_NS, path, STOPPED_WITHIN_S)
+
+
+@pytest.mark.req("EXE-9", "VAL-1")
+@pytest.mark.parametrize("path", PATHS)
+def test_negative_loop_timeout_is_invalid(driver, path):
+    """A negative loop timeout is no duration: INVALID_ARGUMENT, not the default (None is how a
+    caller asks for the default)."""
+    model = counting_while_model()
+    prepared = prepare_or_skip(driver, model)
+    request = build_request(model, counting_feeds(0, 0, 3))
+    expect_invalid(lambda: execute(prepared, request, path, loop_timeout=-2),
+                   f"a {path} execution with a loop timeout of -2 ns", "VAL-1")
 
 
 @pytest.mark.req("EXE-9", "EXE-10")

@@ -218,6 +218,23 @@ class ZeroLoopTimeoutUnset(MutantDriver):
     prepared_class = Prepared
 
 
+class NegativeLoopTimeoutUnset(MutantDriver):
+    """Takes a negative loop timeout for "not given" (the AIDL sentinel -1 stretched to every
+    negative value) and runs with the default, where it must refuse it (VAL-1, EXE-9)."""
+
+    name = "negative_loop_timeout_unset"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if isinstance(loop_timeout, int) and loop_timeout < 0:
+                loop_timeout = None
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
@@ -229,6 +246,8 @@ MUTANT_INFO = (
                args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
     MutantInfo(ZeroLoopTimeoutUnset, "EXE-9", suite="test_control_flow.py",
                args=("-k", "zero_loop and burst")),
+    MutantInfo(NegativeLoopTimeoutUnset, "VAL-1", suite="test_control_flow.py",
+               args=("-k", "negative_loop_timeout")),
     MutantInfo(KeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
     MutantInfo(SplitModelTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
 )
