@@ -516,7 +516,7 @@ RECORDS = [
     OpRecord(Op.CONV_2D, _window_sigs((), (_LAYOUT_OPT, *_DILATION)), _conv_variants(Version.V1_0),
              _conv_kernel, _conv_shape, _conv_sample, criterion="conv", layout="layout",
              activation="act", check=_conv_check, min_version=_old_output_scale_rule(),
-             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.long_reduction(
+             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE, edges.long_reduction(
                  _long_conv_sample, f"3x3 windows of depth {LONG_DEPTH}: dot products of 4608 terms")),
              doc="2-D convolution: output[b,i,j,o] = sum over the window and input channels of "
                  "input x filter[o], plus bias[o]"),
@@ -524,14 +524,14 @@ RECORDS = [
              _window_sigs((Arg("multiplier", T.INT32),), (_LAYOUT_OPT, *_DILATION)),
              _conv_variants(Version.V1_0), _depthwise_kernel, _depthwise_shape, _depthwise_sample,
              criterion="conv", layout="layout", activation="act", check=_depthwise_check,
-             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE),
+             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE),
              min_version=_old_output_scale_rule(),
              doc="depthwise 2-D convolution: each input channel k is convolved with its own "
                  "multiplier filters into output channels k * multiplier + q, plus bias"),
     OpRecord(Op.GROUPED_CONV_2D, _window_sigs((Arg("groups", T.INT32),), (_LAYOUT,)),
              _conv_variants(Version.V1_2), _grouped_kernel, _grouped_shape, _grouped_sample,
              criterion="conv", layout="layout", activation="act", check=_grouped_check,
-             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE),
+             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE),
              doc="grouped 2-D convolution: input and output channels split into groups, each "
                  "group convolved separately, results concatenated, plus bias"),
     OpRecord(Op.TRANSPOSE_CONV_2D,
@@ -539,14 +539,14 @@ RECORDS = [
                                                   const=True),)),
              _conv_variants(Version.V1_2), _transpose_kernel, _transpose_shape, _transpose_sample,
              criterion="conv", layout="layout", activation="act", check=_transpose_check,
-             layout_vectors=("output_shape",), edges=(edges.MULTIPLIER_ABOVE_ONE,),
+             layout_vectors=("output_shape",), edges=(edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE,),
              doc="transpose (gradient) of CONV_2D: each input position adds input x filter into "
                  "a stride-spaced output window, cropped by the padding, plus bias"),
     OpRecord(Op.FULLY_CONNECTED, (_FC,),
              (*variants(Version.V1_0, F32, Q8), *variants(Version.V1_2, F16), *variants(Version.V1_3, Q8S)),
              _fc_kernel, _fc_shape, _fc_sample, criterion="conv", activation="act",
              check=_fc_check, min_version=_old_output_scale_rule("weights"),
-             edges=(edges.MULTIPLIER_ABOVE_ONE,
+             edges=(edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE,
                     edges.long_reduction(_long_fc_sample, f"input_size {LONG_FC}: dot products of "
                                                           f"{LONG_FC} terms")),
              doc="fully connected layer: input flattened to [batch, input_size] times weights' "

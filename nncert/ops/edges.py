@@ -383,6 +383,20 @@ MULTIPLIER_ABOVE_ONE = Edge(
     applies=_quant_data, adjust=_small_sums, output_quant="range",
     reached=lambda pre: FULL if np.any(pre[np.isfinite(pre)] != 0) else 0)
 
+
+def _wide_bias(s: SampleContext) -> None:
+    """The int32 bias past 16 bits, either sign (the samplers keep it within +-5000 steps)."""
+    for item in _items(s, "bias"):
+        sign = np.where(s.draw.integers(item.dims, 0, 1) == 1, 1, -1)
+        item.value = sign * s.draw.integers(item.dims, 2**16, 2**22)
+
+
+BIAS_WIDE = Edge(
+    "quant_bias_wide", "quant",
+    "an int32 bias of 2^16..2^22 steps (input scale x filter scale), either sign: past what a "
+    "16-bit bias register holds; the output covers the golden",
+    applies=_quant_data, adjust=_wide_bias, output_quant="range")
+
 # ---------------------------------------------------------------------------------------
 # Long reductions and accumulations (declared by the records, which know their inputs)
 

@@ -601,6 +601,24 @@ class RequantMultiplierBelowOne(MutantDriver):
         pre = evaluate_real(inst.record, operands, inst.with_scalar("act", 0), outputs)[0]
         return [from_real(np.clip(pre * ((1 - 2.0**-31) / multiplier), lo, hi), outputs[0])]
 
+
+class SixteenBitBias(MutantDriver):
+    """Quantised convolutions and FULLY_CONNECTED hold the int32 bias in a 16-bit register
+    (saturating): right for biases within +-32767 steps, as every generated case's (+-5000)."""
+
+    name = "sixteen_bit_bias"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in _FILTERED or outputs[0].type not in _EIGHT_BIT:
+            return results
+        bias = np.asarray(inputs[2])
+        held = np.clip(bias, -(2**15), 2**15 - 1).astype(bias.dtype)
+        if np.array_equal(held, bias):
+            return results
+        raw = list(inputs)
+        raw[2] = held
+        return evaluate(get(op.type), operands, raw, outputs)
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -653,4 +671,6 @@ MUTANT_INFO = (
                args=("-k", "edge_int32_wide and sync")),
     MutantInfo(RequantMultiplierBelowOne, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_quant_multiplier_above_one and sync")),
+    MutantInfo(SixteenBitBias, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_quant_bias_wide and sync")),
 )
