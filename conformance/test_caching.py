@@ -27,7 +27,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
-from nncert.testing.harness import check_outputs, decline, declined
+from nncert.testing.harness import add_model, check_outputs, decline, declined
 
 T = OperandType
 #: Operations of the long chain models (the VTS uses 100).
@@ -237,6 +237,34 @@ def test_save_and_retrieve(caching_driver, tmp_path, kind):
     _check_runs(model, cached, "CACHE-1: the model prepared from cache")
     for i, (a, b) in enumerate(zip(compiled, _outputs(model, cached), strict=True)):
         assert np.array_equal(a, b), f"CACHE-1: output {i} from cache differs from the compiled model's"
+
+
+@pytest.mark.req("CACHE-1", "EXE-6")
+def test_save_and_retrieve_unknown_dimensions(caching_driver, tmp_path):
+    """A model of unknown batch, saved and prepared from cache: the cached model keeps the
+    batch unknown, and runs batches of 2 and 5 as the compiled one does."""
+    model = add_model(dims=(0, 3))
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    with files.open() as (model_fds, data_fds):
+        prepared = caching_driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
+                                                token=token)
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
+    rng = np.random.default_rng(4)
+    for batch in (2, 5):
+        feeds = [rng.uniform(-2, 2, (batch, 3)).astype(np.float32) for _ in range(2)]
+        results = []
+        for what, p in (("compiled", prepared), ("from cache", cached)):
+            request = build_request(model, feeds, [(batch, 3)])
+            try:
+                p.execute_synchronously(request)
+            except HalError as e:
+                pytest.fail(f"CACHE-1: the {what} model of unknown batch failed a batch of {batch}: {e}")
+            results.append(read_outputs(model, request, [(batch, 3)]))
+        check_outputs([feeds[0] + feeds[1]], results[1], model)
+        assert np.array_equal(results[0][0], results[1][0]), \
+            f"CACHE-1: a batch of {batch} from cache differs from the compiled model's"
 
 
 # -- wrong arguments (CACHE-2) ---------------------------------------------------------------------

@@ -232,6 +232,21 @@ __all__ = ["AssertsDataCache", "AssertsUniqueToken", "FirstHandlesOnly", "Hashes
            "TrustsCache", "WritesAtPosition"]
 
 
+class CachedDimensionsAsOne(MutantDriver):
+    """The cache's serializer writes each dimension as stored in its compiled plan, where an
+    unknown dimension (0) was planned as 1: a model of unknown batch prepared from cache runs
+    a batch of 1 only and fails any other, where the compiled one runs them all (CACHE-1)."""
+
+    name = "cached_dimensions_as_one"
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        prepared = super().import_compiled(model_cache, data_cache)
+        for operand in prepared.model.main.operands:  # type: ignore[attr-defined]
+            if operand.type.is_tensor and 0 in operand.dimensions:
+                operand.dimensions = tuple(d or 1 for d in operand.dimensions)
+        return prepared
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -243,4 +258,5 @@ MUTANT_INFO = (
     MutantInfo(PadsToken, "VAL-1", suite="test_caching.py", args=("-k", "wrong_length")),
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
+    MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
 )
