@@ -27,6 +27,7 @@ from nncert.hal.errors import HalError
 from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
+from nncert.testing.control_flow_models import counting_feeds, counting_while_model
 from nncert.testing.harness import add_model, check_outputs, decline, declined
 
 T = OperandType
@@ -265,6 +266,30 @@ def test_save_and_retrieve_unknown_dimensions(caching_driver, tmp_path):
         check_outputs([feeds[0] + feeds[1]], results[1], model)
         assert np.array_equal(results[0][0], results[1][0]), \
             f"CACHE-1: a batch of {batch} from cache differs from the compiled model's"
+
+
+@pytest.mark.req("CACHE-1", "EXE-9")
+def test_save_and_retrieve_control_flow(caching_driver, tmp_path):
+    """A WHILE model (its condition and body are referenced subgraphs), saved and prepared from
+    cache: the cached model runs the loop as the compiled one does."""
+    model = counting_while_model()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    with files.open() as (model_fds, data_fds):
+        prepared = caching_driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
+                                                token=token)
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
+    for bound in (0, 5):
+        for what, p in (("compiled", prepared), ("from cache", cached)):
+            request = build_request(model, counting_feeds(0, 0, bound))
+            try:
+                p.execute_synchronously(request)
+            except HalError as e:
+                pytest.fail(f"CACHE-1: the {what} WHILE model failed counting to {bound}: {e}")
+            total = int(read_outputs(model, request, [(1,)])[0][0])
+            assert total == bound * (bound - 1) // 2, \
+                f"CACHE-1: the {what} WHILE model summed 0..{bound - 1} to {total}"
 
 
 # -- wrong arguments (CACHE-2) ---------------------------------------------------------------------

@@ -247,6 +247,20 @@ class CachedDimensionsAsOne(MutantDriver):
         return prepared
 
 
+class CacheWithoutSubgraphs(MutantDriver):
+    """The cache's serializer predates control flow: it writes the main subgraph only, so a
+    model with IF or WHILE saves without error but never prepares from its cache (the loader
+    finds the referenced subgraphs missing), where a model without them does (CACHE-1)."""
+
+    name = "cache_without_subgraphs"
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        prepared = super().import_compiled(model_cache, data_cache)
+        if prepared.model.referenced:  # type: ignore[attr-defined]
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the cache names subgraphs it does not hold")
+        return prepared
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -259,4 +273,5 @@ MUTANT_INFO = (
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
+    MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
