@@ -469,6 +469,27 @@ def int32_wide(kind: str) -> Edge:
     return Edge("int32_wide", "int32", f"int32 data {docs[kind]}", applies=_int32_data, adjust=adjust)
 
 
+
+# ---------------------------------------------------------------------------------------
+# float16 intermediates past float16's range (declared by the normalisations and means)
+
+
+def float16_wide(lo: float, hi: float, signed: bool, doc: str) -> Edge:
+    """The float16 ``input`` of magnitudes ``lo``..``hi`` (either sign where ``signed``): the
+    result is in float16's range, but the squares or sums on the way to it are not, so a
+    kernel that keeps its intermediates in float16 gets inf (or 0) where the reference, like
+    any kernel computing in float32, gets the result."""
+
+    def adjust(s: SampleContext) -> None:
+        for item in _items(s, "input"):
+            x = s.draw.array(item.dims, lo, hi)
+            if signed:
+                x = x * np.where(s.draw.integers(item.dims, 0, 1) == 1, 1.0, -1.0)
+            item.value = x
+
+    return Edge("float16_wide", "float16", doc,
+                applies=lambda record, sig, var_: var_.primary is T.TENSOR_FLOAT16, adjust=adjust)
+
 # ---------------------------------------------------------------------------------------
 # Length-1 axes (declared by the reductions and normalisations)
 

@@ -185,7 +185,9 @@ INSTANCE_NORMALIZATION = OpRecord(
     edges=(edges.Edge("flat_planes", "normalization", "planes of one repeated value "
                       "(variance 0, the output beta) beside varied ones", sample=_flat_planes),
            edges.Edge("one_pixel", "normalization", "height and width 1 (every plane one value)",
-                      sample=_one_pixel)),
+                      sample=_one_pixel),
+           edges.float16_wide(300.0, 3000.0, True, "float16 inputs of magnitude 300..3000: the "
+                              "squared deviations pass float16's largest (65504), the result does not")),
     doc="(input - mean) * gamma / sqrt(variance + epsilon) + beta, mean and variance of each "
         "(batch, channel) plane over height and width",
 )

@@ -278,7 +278,9 @@ _L2_NORMALIZATION = OpRecord(
     criterion="relaxed", check=_check(),
     edges=(_AXIS_OF_1, edges.long_reduction(_long_l2_sample, f"two rows of {LONG_AXIS} squares summed"),
            edges.Edge("zero_slice", "zero", "one slice along the axis all zeros: zeros out (HAL 1.3)",
-                      sample=_zero_slice_sample, since=Version.V1_3)),
+                      sample=_zero_slice_sample, since=Version.V1_3),
+           edges.float16_wide(300.0, 3000.0, True, "float16 inputs of magnitude 300..3000: their "
+                              "squares pass float16's largest (65504), the result does not")),
     doc="input / sqrt(sum(input ** 2)) over the 1-D slices of input along axis",
     min_version=_ranks_before_1_2(_RANKS_1_0),
 )

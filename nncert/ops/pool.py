@@ -126,7 +126,9 @@ def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: st
 _QUANT_POOL = {Version.V1_0: (F32, Q8), Version.V1_2: (F16,), Version.V1_3: (Q8S,)}
 RECORDS = [
     _pool(Op.AVERAGE_POOL_2D, _average, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
-          "mean of each window, over the taps inside the input", (_GLOBAL_WINDOW,)),
+          "mean of each window, over the taps inside the input",
+          (_GLOBAL_WINDOW, edges.float16_wide(20000.0, 60000.0, False, "float16 inputs of 20000..60000: "
+                                              "a window's sum passes float16's largest, its mean does not"))),
     _pool(Op.MAX_POOL_2D, _max, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
           "maximum of each window, over the taps inside the input"),
     _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),

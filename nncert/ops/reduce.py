@@ -161,9 +161,9 @@ _DUPLICATE_AXIS = edges.Edge(
 def _reduce(op: Op, fn: Callable[..., np.ndarray], versions: dict[V, tuple[T, ...]], *,
             keep_type: T = T.BOOL, quant: Quant = FREE, domain: str | None = None,
             max_count: int | None = None, criterion: str = "relaxed", long: bool = True,
-            duplicates: bool = False, doc: str = "") -> OpRecord:
+            duplicates: bool = False, extra: tuple = (), doc: str = "") -> OpRecord:
     vs = tuple(v for version, types in versions.items() for v in variants(version, *types))
-    own = (edges.axis_of_1("axes"),) + ((_DUPLICATE_AXIS,) if duplicates else ())
+    own = (edges.axis_of_1("axes"),) + ((_DUPLICATE_AXIS,) if duplicates else ()) + extra
     if long:
         own += (edges.long_reduction(_long_reduce_sample, f"{LONG} elements per output, extremes "
                                                           f"past index 65536"),)
@@ -245,6 +245,8 @@ RECORDS = [
     _reduce(Op.MEAN, np.mean,
             {V.V1_1: (T.TENSOR_FLOAT32, _Q8), V.V1_2: (T.TENSOR_FLOAT16,), V.V1_3: (_Q8S,)},
             keep_type=T.INT32, quant=same_as("input"), max_count=16, duplicates=True,
+            extra=(edges.float16_wide(20000.0, 60000.0, False, "float16 inputs of 20000..60000: the "
+                                      "sum passes float16's largest, the mean does not"),),
             doc="mean of input over the listed axes (keep_dims > 0 keeps them as size 1)"),
     _reduce(Op.REDUCE_SUM, np.sum, _FLOATS, max_count=8, duplicates=True,
             doc="sum of input over the listed axes"),

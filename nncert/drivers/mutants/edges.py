@@ -619,6 +619,80 @@ class SixteenBitBias(MutantDriver):
         raw[2] = held
         return evaluate(get(op.type), operands, raw, outputs)
 
+
+_HALF_MAX = 65504.0
+
+
+def _half_sum(a: np.ndarray, axis: int) -> np.ndarray:
+    """A sum along ``axis`` (kept) in a float16 accumulator: inf once a partial sum passes
+    float16's largest (its rounding, within ACC-1, left out)."""
+    partial = np.cumsum(a, axis=axis)
+    total = np.take(partial, [-1], axis=axis)
+    over = (np.abs(partial) > _HALF_MAX).any(axis=axis, keepdims=True)
+    return np.where(over, np.copysign(np.inf, total), total)
+
+
+def _half_square(a: np.ndarray) -> np.ndarray:
+    return np.where(a * a > _HALF_MAX, np.inf, a * a)
+
+
+def _half_l2_normalization(ctx) -> list[np.ndarray]:
+    x = ctx.value("input")
+    axis = normalize_axis(int(ctx.value("axis", -1)), x.ndim)
+    norm = np.sqrt(_half_sum(_half_square(x), axis))
+    return [np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)]
+
+
+def _half_instance_norm(ctx) -> list[np.ndarray]:
+    x = ctx.value("input")
+    n, h, w, c = x.shape
+    flat = x.reshape(n, h * w, c)
+    mean = _half_sum(flat, 1) / (h * w)
+    dev = flat - mean
+    var = _half_sum(_half_square(dev), 1) / (h * w)
+    gamma, beta, eps = (float(ctx.value(name)) for name in ("gamma", "beta", "epsilon"))
+    return [(dev * gamma / np.sqrt(var + eps) + beta).reshape(x.shape)]
+
+
+def _half_mean(ctx) -> list[np.ndarray]:
+    x = ctx.value("input")
+    axes = sorted({normalize_axis(int(a), x.ndim) for a in np.asarray(ctx.value("axes")).reshape(-1)})
+    rest = [d for d in range(x.ndim) if d not in axes]
+    flat = np.transpose(x, rest + axes).reshape(*[x.shape[d] for d in rest], -1)
+    out = _half_sum(flat, flat.ndim - 1)[..., 0] / flat.shape[-1]
+    if ctx.value("keep_dims"):
+        out = out.reshape([1 if d in axes else x.shape[d] for d in range(x.ndim)])
+    return [out.reshape(1) if out.ndim == 0 else out]
+
+
+def _half_average_pool(ctx) -> list[np.ndarray]:
+    from nncert.ops.pool import _windows
+    p, counts = _windows(ctx, 0.0)
+    taps = np.moveaxis(p, 5, 3).reshape(*p.shape[:3], p.shape[5], -1)
+    return [_half_sum(taps, 4)[..., 0] / counts[None, :, :, None]]
+
+
+class HalfIntermediates(MutantDriver):
+    """float16 L2_NORMALIZATION, INSTANCE_NORMALIZATION, MEAN and AVERAGE_POOL_2D keep their
+    squares and sums in float16 (the device's half-precision ALU): inf, and a result of inf or
+    0, once an intermediate passes 65504, though the result itself is in range. Right for the
+    generated cases (values within +-2, sums of a few dozen)."""
+
+    name = "half_intermediates"
+    KERNELS: ClassVar[dict] = {
+        OperationType.L2_NORMALIZATION: _half_l2_normalization,
+        OperationType.INSTANCE_NORMALIZATION: _half_instance_norm,
+        OperationType.MEAN: _half_mean,
+        OperationType.AVERAGE_POOL_2D: _half_average_pool,
+    }
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        kernel = self.KERNELS.get(op.type)
+        if kernel is None or outputs[0].type is not T.TENSOR_FLOAT16:
+            return results
+        with np.errstate(all="ignore"):
+            return evaluate(dataclasses.replace(get(op.type), kernel=kernel), operands, inputs, outputs)
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -673,4 +747,6 @@ MUTANT_INFO = (
                args=("-k", "edge_quant_multiplier_above_one and sync")),
     MutantInfo(SixteenBitBias, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_quant_bias_wide and sync")),
+    MutantInfo(HalfIntermediates, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_float16_wide and sync")),
 )
