@@ -13,6 +13,8 @@ transposition goes unseen.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -296,6 +298,26 @@ def test_two_bursts_of_one_prepared_model(driver):
         except pytest.fail.Exception as e:
             pytest.fail(f"BURST-1: turn {turn}, burst {turn % 2} of one prepared model (the other burst's "
                         f"slots of the same ids name other memories): {e}")
+
+
+@pytest.mark.req("BURST-1", "DRV-5")
+def test_burst_outlives_the_callers_prepared_model(driver):
+    """The caller lets go of the prepared model and keeps only its burst: the burst holds the
+    prepared model (as an NNAPI burst holds a strong reference), so it runs on."""
+    model = _binary_model(OperationType.MUL)
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    del prepared
+    gc.collect()
+    rng = np.random.default_rng(12)
+    for turn in range(2):
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(model, [x, y])
+        try:
+            burst.execute(request, [2 * turn, 2 * turn + 1])  # new memories, new slots
+            check_outputs([x * y], read_outputs(model, request, [(2, 3)]), model)
+        except (HalError, pytest.fail.Exception) as e:
+            pytest.fail(f"BURST-1: run {turn} on a burst whose prepared model the caller released: {e}")
 
 
 @pytest.mark.req("BURST-2")

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Burst, Deadline
+from nncert.drivers.base import Burst, Deadline, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
 from nncert.hal.memory import Memory
 from nncert.hal.model import OutputShape, Request, Timing
-from nncert.hal.types import MeasureTiming
+from nncert.hal.types import ErrorStatus, MeasureTiming
 
 
 class OneBurstContext(MutantDriver):
@@ -182,11 +183,38 @@ class RelaxedHalfOnBurst(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstHoldsModelWeakly(MutantDriver):
+    """A burst keeps only a weak reference to its prepared model (to let the model go when the
+    app releases it): a burst the caller keeps after releasing the prepared model fails every
+    execution with GENERAL_FAILURE, where it must hold the model alive (BURST-1)."""
+
+    name = "burst_holds_model_weakly"
+
+    class WeakBurst(Burst):
+        def __init__(self, prepared: PreparedModel) -> None:
+            self._prepared = weakref.ref(prepared)
+            self.slots = {}
+
+        @property
+        def prepared(self) -> PreparedModel:  # type: ignore[override]
+            prepared = self._prepared()
+            if prepared is None:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, "the burst's prepared model was released")
+            return prepared
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstHoldsModelWeakly.WeakBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
     MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
     MutantInfo(BurstShapeCache, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "one-burst")),
+    MutantInfo(BurstHoldsModelWeakly, "BURST-1", suite="test_pools.py", args=("-k", "outlives")),
     MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
 )
