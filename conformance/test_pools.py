@@ -300,6 +300,25 @@ def test_two_bursts_of_one_prepared_model(driver):
                         f"slots of the same ids name other memories): {e}")
 
 
+@pytest.mark.req("BURST-2")
+def test_burst_slot_ids_are_64_bit(driver):
+    """Slot ids are 64-bit: 2**32 and 2**32 + 1 are slots of their own, not slots 0 and 1
+    again (a driver that keeps them in 32 bits runs the second request on the first's
+    memories)."""
+    model = _binary_model(OperationType.ADD)
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(13)
+    for slots in ([0, 1], [2**32, 2**32 + 1], [2**63 - 2, 2**63 - 1]):
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(model, [x, y])
+        burst.execute(request, slots)
+        try:
+            check_outputs([x + y], read_outputs(model, request, [(2, 3)]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-2: new memories on slots {slots} (slots 0 and 1 hold others): {e}")
+
+
 @pytest.mark.req("BURST-1", "DRV-5")
 def test_burst_outlives_the_callers_prepared_model(driver):
     """The caller lets go of the prepared model and keeps only its burst: the burst holds the

@@ -209,12 +209,34 @@ class BurstHoldsModelWeakly(MutantDriver):
     prepared_class = Prepared
 
 
+class SlotIds32Bit(MutantDriver):
+    """Keeps slot ids in 32 bits (the HIDL burst's int32 slot field, carried over): slots
+    2**32 and above alias slots 0 and up, so a burst runs a request on another slot's memory
+    (BURST-2). Ids out of the int64 range are still refused."""
+
+    name = "slot_ids_32_bit"
+
+    class NarrowBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            slots = [s & 0xFFFFFFFF if isinstance(s, int) and 0 <= s < 2**63 else s for s in slots]
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return SlotIds32Bit.NarrowBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
     MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
     MutantInfo(BurstShapeCache, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "one-burst")),
+    MutantInfo(SlotIds32Bit, "BURST-2", suite="test_pools.py", args=("-k", "64_bit")),
     MutantInfo(BurstHoldsModelWeakly, "BURST-1", suite="test_pools.py", args=("-k", "outlives")),
     MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
 )
