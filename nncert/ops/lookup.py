@@ -333,6 +333,25 @@ _MISSES = edges.Edge("keys_ends_and_misses", "lookup",
                      "lookups of the first and last keys, just outside them, between two keys "
                      "and at the int32 extremes", sample=_all_miss_and_ends)
 
+
+def _wide_keys(s: SampleContext) -> None:
+    """Keys 1..3 apart past 2^30 (either sign), lookups of them and of the values between
+    and beside them: distinct int32 keys that are one float32 value."""
+    n = s.draw.int(3, 6)
+    dims = (n, *s.dims(s.draw.int(1, 2), 1, 3))
+    base = s.draw.choice((1, -1)) * s.draw.int(2**30, 2**31 - 2**10)
+    keys = (base + np.cumsum(s.draw.integers((n,), 1, 3))).astype(np.int32)
+    near = np.concatenate([keys, keys + 1, keys - 1])
+    look = near[s.draw.integers((s.draw.int(4, 8),), 0, near.size - 1)].astype(np.int32)
+    s.tensor("lookups", (look.size,), value=look)
+    s.tensor("keys", (n,), value=keys, const=True)
+    s.tensor("values", dims)
+
+
+# Generated keys lie within +-40: a driver comparing keys in float32 (a GPU's) is exact there.
+_WIDE_KEYS = edges.Edge("wide_keys", "lookup", "keys 1..3 apart past 2^30, looked up and missed "
+                        "by one: distinct int32 keys equal in float32", sample=_wide_keys)
+
 HASHTABLE_LOOKUP = OpRecord(
     Op.HASHTABLE_LOOKUP,
     (Signature((Arg("lookups", _I32, ranks=(1,)), Arg("keys", _I32, ranks=(1,)),
@@ -341,7 +360,7 @@ HASHTABLE_LOOKUP = OpRecord(
                 Arg("hits", _Q8, ranks=(1,), quant=fixed(1.0, 0)))),),
     _vs({Version.V1_0: (_F32, _I32, _Q8)}),
     _hashtable_kernel, _hashtable_shape, _hashtable_sample,
-    criterion="strict", check=_hashtable_check, edges=(_MISSES, edges.int32_wide("any")),
+    criterion="strict", check=_hashtable_check, edges=(_MISSES, _WIDE_KEYS, edges.int32_wide("any")),
     graphs="its keys must be a sorted table of distinct int32 values with one entry per row "
            "of values, which no other operation of a random graph computes",
     doc="for each lookup, the row of values at the position of the equal key (keys sorted "

@@ -540,6 +540,33 @@ def _strided_sample(s: SampleContext) -> None:
     s.scalar("shrink_axis_mask", shrink)
 
 
+def _int32_bounds(s: SampleContext) -> None:
+    """The drawn slice, then each axis's end (and sometimes its begin) replaced, where it is
+    not shrunk, by the int32 extreme on its side (INT32_MAX for a positive stride's end,
+    INT32_MIN for a negative one's; the mask bit cleared): "to the end" as TensorFlow exports
+    it. A driver holding begin and end in 16 bits reads INT32_MAX as -1."""
+    _strided_sample(s)
+    imax, imin = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    begin, end = (np.array(s.inputs[n].value, np.int64) for n in ("begin", "end"))
+    strides = np.asarray(s.inputs["strides"].value)
+    masks = {n: int(s.inputs[n].value) for n in ("begin_mask", "end_mask", "shrink_axis_mask")}
+    if masks["shrink_axis_mask"] & 1:  # at least axis 0 reaches the edge
+        masks["shrink_axis_mask"] &= ~1
+        begin[0], end[0] = 0, 1
+    for i, st in enumerate(strides):
+        if masks["shrink_axis_mask"] >> i & 1:
+            continue
+        end[i] = imax if st > 0 else imin
+        masks["end_mask"] &= ~(1 << i)
+        if s.draw.bool(0.5):
+            begin[i] = imin if st > 0 else imax
+            masks["begin_mask"] &= ~(1 << i)
+    for n, v in (("begin", begin), ("end", end)):
+        s.tensor(n, (len(v),), value=v.astype(np.int32), const=True)
+    for n, v in masks.items():
+        s.scalar(n, v)
+
+
 STRIDED_SLICE = _copy_record(
     Op.STRIDED_SLICE,
     Signature((Arg("input", ranks=_UP_TO_4), Arg("begin", _I32, ranks=(1,)),
@@ -547,6 +574,8 @@ STRIDED_SLICE = _copy_record(
                Arg("begin_mask", T.INT32), Arg("end_mask", T.INT32),
                Arg("shrink_axis_mask", T.INT32)), _output()),
     _V11_TYPES, _strided_kernel, lambda ctx: [_strided_plan(ctx)[1]], _strided_sample,
+    edges=(edges.Edge("int32_bounds", "slice", "ends (and some begins) at INT32_MAX / INT32_MIN, "
+                      "masks off: the whole axis from its start or up to its end", sample=_int32_bounds),),
     doc="elements begin[i], begin[i]+strides[i], ... before end[i] along each dimension i "
         "(masks select full ranges or drop size-1 dimensions)",
 )

@@ -693,6 +693,44 @@ class HalfIntermediates(MutantDriver):
         with np.errstate(all="ignore"):
             return evaluate(dataclasses.replace(get(op.type), kernel=kernel), operands, inputs, outputs)
 
+
+class SixteenBitSliceBounds(MutantDriver):
+    """STRIDED_SLICE holds begin and end in 16-bit registers (wrapping): INT32_MAX, TensorFlow's
+    "to the end", is read as -1 (one element short), INT32_MIN as 0. Right for the generated
+    bounds (within a few units of the dimensions)."""
+
+    name = "sixteen_bit_slice_bounds"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not OperationType.STRIDED_SLICE:
+            return results
+        raw = list(inputs)
+        for p in (1, 2):
+            raw[p] = np.asarray(inputs[p]).astype(np.int16).astype(np.int32)
+        if all(np.array_equal(raw[p], inputs[p]) for p in (1, 2)):
+            return results
+        return evaluate(get(op.type), operands, raw, outputs)
+
+
+class Float32HashKeys(MutantDriver):
+    """HASHTABLE_LOOKUP compares lookups with keys in float32 (a GPU's): keys past 2^24 that
+    round to one float32 value all match, the first one wins; a miss one unit off a key hits it.
+    Right for the generated keys (within +-40)."""
+
+    name = "float32_hash_keys"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not OperationType.HASHTABLE_LOOKUP:
+            return results
+        lookups, keys = (np.asarray(inputs[p]).astype(np.float32) for p in (0, 1))
+        values = np.asarray(inputs[2])
+        out, hits = np.zeros_like(results[0]), np.zeros_like(results[1])
+        for i, key in enumerate(lookups):
+            match = np.flatnonzero(keys == key)
+            if match.size:
+                out[i], hits[i] = values[match[0]], 1
+        return [out, hits]
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -749,4 +787,8 @@ MUTANT_INFO = (
                args=("-k", "edge_quant_bias_wide and sync")),
     MutantInfo(HalfIntermediates, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_float16_wide and sync")),
+    MutantInfo(SixteenBitSliceBounds, "ACC-6", suite="test_operations.py",
+               args=("-k", "edge_int32_bounds and sync")),
+    MutantInfo(Float32HashKeys, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_wide_keys and sync and float32")),
 )
