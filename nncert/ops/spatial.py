@@ -16,6 +16,7 @@ import numpy as np
 from nncert.hal.types import OperandType as T
 from nncert.hal.types import OperationType as Op
 from nncert.hal.types import Version
+from nncert.ops import edges
 from nncert.ops.base import (
     Arg,
     OpContext,
@@ -47,8 +48,9 @@ def _versions(first: V, *, q8: V | None = None) -> tuple:
 
 
 def _record(op: Op, sigs: tuple[Signature, ...], vs: tuple, kernel, shape, sample, criterion: str,
-            doc: str) -> OpRecord:
-    return OpRecord(op, sigs, vs, kernel, shape, sample, criterion=criterion, layout="layout", doc=doc)
+            doc: str, own: tuple = ()) -> OpRecord:
+    return OpRecord(op, sigs, vs, kernel, shape, sample, criterion=criterion, layout="layout", doc=doc,
+                    edges=own)
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,6 +216,31 @@ def _resize_sampler(nearest: bool):
     return sample
 
 
+def _wide_output(nearest: bool):
+    """One or two rows of 520..1100 pixels resized to 4 times the width (2080..4400 columns),
+    the height kept, without align_corners (half_pixel_centers or not): every source
+    coordinate (x * 1/4, or (x + 0.5) / 4 - 0.5) is exact in float32, but not in float16
+    past 2048 columns."""
+
+    def sample(s: SampleContext) -> None:
+        h, w = s.draw.int(1, 2), s.draw.int(520, 1100)
+        half = s.draw.bool()
+        s.tensor("input", (1, h, w, 1))
+        if s.signature.name == "scale":
+            s.scalar("width_scale", 4.0)
+            s.scalar("height_scale", 1.0)
+        else:
+            s.scalar("width", 4 * w)
+            s.scalar("height", h)
+        if nearest:
+            s.scalar("layout", False)
+        s.scalar("align_corners", False)
+        s.scalar("half_pixel_centers", half)
+
+    return edges.Edge("wide_output", "resize", "rows resized to 2080..4400 columns (4x, no align_corners): "
+                      "source coordinates exact in float32 that float16 cannot hold", sample=sample)
+
+
 # ---------------------------------------------------------------------------------------
 # DEPTH_TO_SPACE / SPACE_TO_DEPTH
 
@@ -368,10 +395,12 @@ def _s2b_sample(s: SampleContext) -> None:
 RECORDS = [
     _record(Op.RESIZE_BILINEAR, _resize_signatures(V.V1_2, True), _versions(V.V1_0, q8=V.V1_2),
             _bilinear, _resize_shape, _resize_sampler(nearest=False), "relaxed",
-            "bilinear resize of the height and width of input to the new size"),
+            "bilinear resize of the height and width of input to the new size",
+            (_wide_output(False),)),
     _record(Op.RESIZE_NEAREST_NEIGHBOR, _resize_signatures(None, False), _versions(V.V1_2),
             _nearest, _resize_shape, _resize_sampler(nearest=True), "strict",
-            "nearest-neighbour resize of the height and width of input to the new size"),
+            "nearest-neighbour resize of the height and width of input to the new size",
+            (_wide_output(True),)),
     _record(Op.DEPTH_TO_SPACE, (_block_signature(),), _versions(V.V1_0), _d2s, _d2s_shape,
             _d2s_sample, "strict", "moves depth blocks of block_size^2 into block_size x block_size "
             "spatial blocks"),

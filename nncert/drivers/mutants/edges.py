@@ -731,6 +731,39 @@ class Float32HashKeys(MutantDriver):
                 out[i], hits[i] = values[match[0]], 1
         return [out, hits]
 
+
+def _half_nearest_axis(in_size: int, out_size: int, align: bool, half: bool) -> np.ndarray:
+    """Source indices as a float16 shader computes them: x, the step and (x + offset) * step
+    in float16, then rounded (align_corners) or floored, clamped."""
+    h = np.float16
+    step = h((in_size - 1) / (out_size - 1)) if align and out_size > 1 else h(in_size / out_size)
+    x = np.arange(out_size).astype(h)
+    pos = ((x + h(0.5 if half else 0.0)) * step).astype(np.float64)
+    idx = np.floor(pos + 0.5) if align else np.floor(pos)
+    return np.clip(idx, 0, in_size - 1).astype(np.intp)
+
+
+def _half_nearest(ctx) -> list[np.ndarray]:
+    from nncert.ops.spatial import _resize_params
+    x = ctx.value("input")
+    oh, ow, align, half = _resize_params(ctx)
+    rows = _half_nearest_axis(x.shape[1], oh, align, half)
+    cols = _half_nearest_axis(x.shape[2], ow, align, half)
+    return [x[:, rows][:, :, cols]]
+
+
+class HalfNearestCoordinates(MutantDriver):
+    """RESIZE_NEAREST_NEIGHBOR computes source coordinates in float16 (a GPU shader's mediump):
+    the right indices for the generated sizes (8 at most; float16's rounding of the step stays
+    below the distance to the next integer), off by one here and there past 2048 columns."""
+
+    name = "half_nearest_coordinates"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not OperationType.RESIZE_NEAREST_NEIGHBOR:
+            return results
+        return evaluate(dataclasses.replace(get(op.type), kernel=_half_nearest), operands, inputs, outputs)
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -791,4 +824,6 @@ MUTANT_INFO = (
                args=("-k", "edge_int32_bounds and sync")),
     MutantInfo(Float32HashKeys, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_wide_keys and sync and float32")),
+    MutantInfo(HalfNearestCoordinates, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_wide_output and sync and float32")),
 )
