@@ -1,20 +1,25 @@
 """Child-process runs that tests wait on, started as soon as collection says they are wanted.
 
 A test whose work is one long child process (a whole suite against a real runtime, the
-conformance suite through the service) declares it with a module-level
-``runs_to_start(item)`` giving the argument lists its item will run; ``tests/conftest.py``
+conformance suite through the service, a suite against a mutant driver) declares it with a
+module-level ``runs_to_start(item)`` giving the runs its item will wait on (argument lists, or
+``Run`` for a working directory or a place at the head of the queue); ``tests/conftest.py``
 queues them once collection is done, so that they run beside the tests, and the test then
 only waits (``run``). A run nobody queued beforehand is queued when its test asks; the
-verdicts are the same either way.
+verdicts are the same either way. This is also what keeps pytest-xdist workers from doing
+the same work twice: every worker collects every test, so a module-scoped fixture that
+starts its module's runs would start all of them on each worker that runs one of its tests.
 
 One launcher process (this file run as a script) starts and reaps the runs for the whole
-session. The session's first process owns it (the only process of a serial session, the
-controller of a pytest-xdist one, which hands the directory to its workers): it starts it at
-configuration and ends it at the end of the session, so a test process gains no child and no
-descriptor from it, and the tests that count their own descriptors and zombie children see
-no run start or end. A run is queued by a request file in the shared directory, named by a
-digest of its argument list: every worker collects every test and queues the same runs, and
-each runs once.
+session, PARALLEL at a time plus one for each test process waiting on a run (its core is
+idle meanwhile), the runs marked ``first`` (the longest) before the others. The session's
+first process owns it (the only process of a serial session, the controller of a
+pytest-xdist one, which hands the directory to its workers): it starts it at configuration
+and ends it at the end of the session, so a test process gains no child and no descriptor
+from it, and the tests that count their own descriptors and zombie children see no run start
+or end. A run is queued by a request file in the shared directory, named by a digest of its
+argument list and working directory: every worker collects every test and queues the same
+runs, and each runs once.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from nncert.files import share_bytecode
@@ -73,35 +79,60 @@ def scratch() -> Path:
     return _dir
 
 
-def _base(argv: Sequence[str]) -> Path:
-    return scratch() / hashlib.sha256(json.dumps(list(argv)).encode()).hexdigest()[:20]
+@dataclass(frozen=True)
+class Run:
+    """A run: its argument list, its working directory (the repository's by default), and
+    whether it goes to the head of the queue (a long run, so that it does not end last)."""
+
+    argv: tuple[str, ...]
+    cwd: str | None = None
+    first: bool = False
 
 
-def want(argv: Sequence[str]) -> None:
-    """Queue ``argv`` (it starts as soon as the launcher has a free slot); once a session."""
-    base = _base(argv)
+def _run(run: Run | Sequence[str]) -> Run:
+    return run if isinstance(run, Run) else Run(tuple(run))
+
+
+def _base(run: Run) -> Path:
+    # ``first`` is only where the run queues: the test that waits on it names it without.
+    key = json.dumps([list(run.argv), run.cwd])
+    return scratch() / hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def want(run: Run | Sequence[str]) -> None:
+    """Queue a run (it starts as soon as the launcher has a free slot); once a session."""
+    run = _run(run)
+    base = _base(run)
     try:
         fd = os.open(base.with_suffix(".tmp-req"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return  # queued by this process or another worker
     with os.fdopen(fd, "w") as f:
-        json.dump(list(argv), f)
+        json.dump({"argv": list(run.argv), "cwd": run.cwd, "first": run.first}, f)
     os.replace(base.with_suffix(".tmp-req"), base.with_suffix(".req"))
 
 
-def run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
-    """The finished run of ``argv`` (queued now unless it already was): its exit code, stdout
-    and stderr. Raises subprocess.TimeoutExpired after ``timeout`` seconds of waiting."""
-    want(argv)
-    base = _base(argv)
+def run(run: Run | Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    """The finished run (queued now unless it already was): its exit code, stdout and
+    stderr. Raises subprocess.TimeoutExpired after ``timeout`` seconds of waiting. While it
+    waits, this process lends its core to the launcher (a file in ``waiting/``)."""
+    run = _run(run)
+    want(run)
+    base = _base(run)
     done = base.with_suffix(".rc")
     deadline = time.monotonic() + timeout
-    while not done.exists():
-        if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(list(argv), timeout)
-        time.sleep(0.2)
+    waiting = scratch() / "waiting" / f"{os.getpid()}"
+    waiting.parent.mkdir(exist_ok=True)
+    waiting.touch()
+    try:
+        while not done.exists():
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(list(run.argv), timeout)
+            time.sleep(0.2)
+    finally:
+        waiting.unlink(missing_ok=True)
     out, err = (base.with_suffix(kind).read_text() for kind in (".out", ".err"))
-    return subprocess.CompletedProcess(list(argv), int(done.read_text()), out, err)
+    return subprocess.CompletedProcess(list(run.argv), int(done.read_text()), out, err)
 
 
 def stop_all() -> None:
@@ -118,10 +149,17 @@ def stop_all() -> None:
     _dir = None
 
 
+def _request(path: Path) -> dict:
+    """A request file: {"argv", "cwd", "first"} (or, written by hand, the argument list)."""
+    request = json.loads(path.read_text())
+    return request if isinstance(request, dict) else {"argv": request, "cwd": None, "first": False}
+
+
 def _serve(directory: Path) -> None:
-    """The launcher: runs each request file's argument list (oldest first), PARALLEL at a
-    time, output to base.out / base.err, and writes the exit code to base.rc when one ends
-    (atomically). When its input closes it kills what still runs and exits."""
+    """The launcher: runs each request file's argument list (``first`` ones, then the oldest
+    first), PARALLEL at a time and one more for each test process waiting on a run, output to
+    base.out / base.err, and writes the exit code to base.rc when one ends (atomically). When
+    its input closes it kills what still runs and exits."""
     seen: set[Path] = set()
     queue: list[Path] = []
     running: list[tuple[subprocess.Popen, Path]] = []
@@ -137,7 +175,9 @@ def _serve(directory: Path) -> None:
         fresh = sorted((p for p in directory.glob("*.req") if p not in seen),
                        key=lambda p: p.stat().st_mtime_ns)
         seen.update(fresh)
-        queue += [p.with_suffix("") for p in fresh]
+        if fresh:
+            queue += [p.with_suffix("") for p in fresh]
+            queue.sort(key=lambda base: not _request(base.with_suffix(".req"))["first"])  # stable
         for proc, base in list(running):
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -147,17 +187,19 @@ def _serve(directory: Path) -> None:
                     with open(log, "a") as f:
                         f.write(f"{time.monotonic() - started[base]:7.1f} s wall "
                                 f"{usage.ru_utime + usage.ru_stime:7.1f} s cpu  "
-                                f"{' '.join(json.loads(base.with_suffix('.req').read_text())[3:])}\n")
+                                f"{' '.join(_request(base.with_suffix('.req'))['argv'][3:])}\n")
                 base.with_suffix(".rc-tmp").write_text(str(proc.returncode))
                 os.replace(base.with_suffix(".rc-tmp"), base.with_suffix(".rc"))
-        while queue and len(running) < PARALLEL:
+        lent = len(list((directory / "waiting").glob("*")))
+        while queue and len(running) < PARALLEL + lent:
             base = queue.pop(0)
-            argv = json.loads(base.with_suffix(".req").read_text())
+            request = _request(base.with_suffix(".req"))
             # A state directory of its own (the HAL cache's token store): a driver of the same
             # name and another version string, in a test beside it, resets a shared store.
             env = {**os.environ, "NNCERT_STATE_DIR": str(base.with_suffix(".state"))}
             with base.with_suffix(".out").open("w") as out, base.with_suffix(".err").open("w") as err:
-                running.append((subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=err, env=env), base))
+                running.append((subprocess.Popen(request["argv"], cwd=request["cwd"] or ROOT, stdout=out,
+                                                 stderr=err, env=env), base))
             started[base] = time.monotonic()
         time.sleep(0.2)
     for proc, _ in running:

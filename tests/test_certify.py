@@ -14,10 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
+import background_runs
 import pytest
 
 from nncert.certify import journal, verdict
@@ -99,48 +99,65 @@ def statuses(report: dict) -> dict[tuple[str, str], str | None]:
     return {(t["suite"], t["id"]): t["status"] for t in report["tests"]}
 
 
-@pytest.fixture(scope="module")
-def mini(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("plan") / "mini.toml"
-    path.write_text(MINI_PLAN)
-    return path
+def _shared() -> Path:
+    """The session's directory of this module's certification runs and their input files
+    (tests/background_runs.py): every pytest-xdist worker names the same runs."""
+    base = background_runs.scratch() / "certify"
+    base.mkdir(exist_ok=True)
+    inputs = {"mini.toml": MINI_PLAN, "vendor.toml": VENDOR_EXPECTATIONS, "hang.toml": HANG_PLAN}
+    for name, text in inputs.items():
+        if not (base / name).exists():  # each worker writes the same text, whole, under its name
+            tmp = base / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            os.replace(tmp, base / name)
+    return base
 
 
-@pytest.fixture(scope="module")
-def runs(mini, tmp_path_factory):
-    """Every certification run of this module, started at once, two at a time."""
-    base = tmp_path_factory.mktemp("runs")
-    pool = ThreadPoolExecutor(max_workers=2)
-    futures: dict[str, tuple[Future, Path]] = {}
+def _runs() -> dict[str, background_runs.Run]:
+    """Every certification run of this module, by name: background runs, queued at collection
+    and run once in the session however many workers run this module's tests."""
+    base = _shared()
+    cli = (sys.executable, "-m", "nncert.cli", "certify")
 
-    def start(name: str, *args: str) -> None:
+    def run(name: str, *args: str) -> background_runs.Run:
         # --out relative to the working directory, as a user types it.
-        run = pool.submit(certify, "--out", name, "--plan", str(mini), *args, cwd=base)
-        futures[name] = (run, base / name)
+        return background_runs.Run((*cli, "--out", name, "--plan", str(base / "mini.toml"), *args), str(base))
 
-    start("reference", "--driver", "reference")
-    start("litert", "--driver", "litert")
+    runs = {"reference": run("reference", "--driver", "reference"),
+            "litert": run("litert", "--driver", "litert")}
     for name, (suite, _) in MUTANTS.items():
         # quant_off_by_2 runs the whole plan: the diff test compares it with the reference.
         whole = name == "quant_off_by_2"
-        start(name, "--driver", f"mutant:{name}", *([] if whole else ["--suites", suite]))
-    start("crash", "--driver", "mutant:crash,op=ADD", "--suites", "operations,validation")
-    vendor = base / "vendor.toml"  # a vendor's own expectations file, naming the fault as known
-    vendor.write_text(VENDOR_EXPECTATIONS)
-    start("waived", "--driver", "mutant:quant_off_by_2", "--expectations", str(vendor))
-    hang_plan = base / "hang.toml"
-    hang_plan.write_text(HANG_PLAN)
+        runs[name] = run(name, "--driver", f"mutant:{name}", *([] if whole else ["--suites", suite]))
+    runs["crash"] = run("crash", "--driver", "mutant:crash,op=ADD", "--suites", "operations,validation")
+    # A vendor's own expectations file, naming the fault as known.
+    runs["waived"] = run("waived", "--driver", "mutant:quant_off_by_2",
+                         "--expectations", str(base / "vendor.toml"))
     # One process (--jobs 1): the hang kills the suite's pytest, which starts again isolated (on
     # two xdist workers the other test finishes beside it: tests/test_certify_jobs.py).
-    futures["hang"] = (pool.submit(certify, "--out", str(base / "hang"), "--plan", str(hang_plan), "--driver",
-                                   "mutant:hang,op=ADD", "--jobs", "1"), base / "hang")
+    runs["hang"] = background_runs.Run((*cli, "--out", str(base / "hang"), "--plan", str(base / "hang.toml"),
+                                        "--driver", "mutant:hang,op=ADD", "--jobs", "1"), str(base))
+    return runs
+
+
+def runs_to_start(item) -> list[background_runs.Run]:
+    return list(_runs().values()) if "runs" in item.fixturenames else []
+
+
+@pytest.fixture(scope="module")
+def mini() -> Path:
+    return _shared() / "mini.toml"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The certification run of a name: (its finished process, its output directory)."""
+    base, runs = _shared(), _runs()
 
     def result(name: str) -> tuple[subprocess.CompletedProcess, Path]:
-        future, out = futures[name]
-        return future.result(), out
+        return background_runs.run(runs[name], timeout=1500), base / name
 
-    yield result
-    pool.shutdown(cancel_futures=True)
+    return result
 
 
 def test_reference_is_conformant_and_its_report_verifies(runs):
