@@ -170,19 +170,24 @@ def test_timing(driver, key, path, measure):
 
 
 @pytest.mark.req("EXE-7")
-@pytest.mark.parametrize("path", [*PATHS, "burst-warm", "fenced-no-wait"])
+@pytest.mark.parametrize("path", [*PATHS, "burst-warm", "fenced-no-wait", "one-burst"])
 def test_timing_follows_each_request(driver, path):
-    """Timing asked, not asked, asked, not asked, on one prepared model of two operations:
-    each execution reports what it was asked for, nothing kept from the one before, and time
-    in driver never below time on device however the model is split up."""
+    """Timing asked, not asked, asked, not asked, on one prepared model of two operations (on
+    the one-burst path, all four on one burst): each execution reports what it was asked for,
+    nothing kept from the one before, and time in driver never below time on device however
+    the model is split up."""
     model = _add_chain((2, 3), (2, 3))
     prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst() if path == "one-burst" else None
     rng = np.random.default_rng(5)
     for n, measure in enumerate([MeasureTiming.YES, MeasureTiming.NO] * 2):
         x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
         request = build_request(model, [x, y])
         began = time.monotonic()
-        _, timing = execute(prepared, request, path, measure)
+        if burst is not None:
+            _, timing = burst.execute(request, [2 * n, 2 * n + 1], measure)
+        else:
+            _, timing = execute(prepared, request, path, measure)
         took_us = (time.monotonic() - began) * 1e6
         asked = measure is MeasureTiming.YES
         _check_timing(timing, asked, f"{path} execution {n + 1} (timing {'asked' if asked else 'not asked'}, "

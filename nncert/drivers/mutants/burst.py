@@ -230,12 +230,39 @@ class SlotIds32Bit(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstKeepsLastTiming(MutantDriver):
+    """A burst keeps the timing of its last measured execution in its result message and sends
+    it again with a later execution that did not ask for timing (EXE-7)."""
+
+    name = "burst_keeps_last_timing"
+
+    class StaleTimingBurst(Burst):
+        last: Timing | None = None
+
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None, loop_timeout: int | None = None
+                    ) -> tuple[list[OutputShape], Timing]:
+            shapes, timing = super().execute(request, slots, measure, deadline, loop_timeout)
+            if timing != Timing():
+                self.last = timing
+            elif self.last is not None:
+                timing = self.last
+            return shapes, timing
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstKeepsLastTiming.StaleTimingBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
     MutantInfo(SlotsPerPreparedModel, "BURST-1", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
     MutantInfo(WarmBurstTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing and burst-warm")),
     MutantInfo(BurstShapeCache, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "one-burst")),
+    MutantInfo(BurstKeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
     MutantInfo(SlotIds32Bit, "BURST-2", suite="test_pools.py", args=("-k", "64_bit")),
     MutantInfo(BurstHoldsModelWeakly, "BURST-1", suite="test_pools.py", args=("-k", "outlives")),
     MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
