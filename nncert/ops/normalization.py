@@ -318,7 +318,9 @@ _LOCAL_RESPONSE_NORMALIZATION = OpRecord(
                outputs=(Arg("output"),)),),
     by_version({Version.V1_0: (_F32,), Version.V1_2: (_F16,)}),
     _local_response_normalization, same_shape, _lrn_sample,
-    criterion="relaxed", check=_check(), edges=(_AXIS_OF_1,),
+    criterion="relaxed", check=_check(),
+    edges=(_AXIS_OF_1, edges.float16_wide(300.0, 3000.0, True, "float16 inputs of magnitude 300..3000: "
+                                          "their squares pass float16's largest, the result does not")),
     doc="input / (bias + alpha * sum of squares within radius along axis) ** beta",
     min_version=_ranks_before_1_2(_RANKS_1_0),
 )

@@ -133,5 +133,7 @@ RECORDS = [
           "maximum of each window, over the taps inside the input"),
     _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),
           "square root of the mean square of each window, over the taps inside the input",
-          (edges.Without("saturate_relu", "never negative: a fused RELU has nothing to clamp"),)),
+          (edges.Without("saturate_relu", "never negative: a fused RELU has nothing to clamp"),
+           edges.float16_wide(300.0, 3000.0, True, "float16 inputs of magnitude 300..3000: their "
+                              "squares pass float16's largest, the root mean square does not"))),
 ]

@@ -672,11 +672,31 @@ def _half_average_pool(ctx) -> list[np.ndarray]:
     return [_half_sum(taps, 4)[..., 0] / counts[None, :, :, None]]
 
 
+def _half_l2_pool(ctx) -> list[np.ndarray]:
+    from nncert.ops.pool import _windows
+    p, counts = _windows(ctx, 0.0)
+    taps = np.moveaxis(_half_square(p), 5, 3).reshape(*p.shape[:3], p.shape[5], -1)
+    return [np.sqrt(_half_sum(taps, 4)[..., 0] / counts[None, :, :, None])]
+
+
+def _half_local_response(ctx) -> list[np.ndarray]:
+    from nncert.ops.normalization import _axis
+    axis = _axis(ctx)
+    x = np.moveaxis(ctx.value("input"), axis, -1)
+    channel = np.arange(x.shape[-1])
+    near = np.abs(np.subtract.outer(channel, channel)) <= int(ctx.value("radius"))
+    squares = _half_square(x)
+    sums = np.stack([_half_sum(squares[..., near[:, k]], -1)[..., 0] for k in range(x.shape[-1])], axis=-1)
+    out = x / (ctx.value("bias") + ctx.value("alpha") * sums) ** ctx.value("beta")
+    return [np.moveaxis(out, -1, axis)]
+
+
 class HalfIntermediates(MutantDriver):
-    """float16 L2_NORMALIZATION, INSTANCE_NORMALIZATION, MEAN and AVERAGE_POOL_2D keep their
-    squares and sums in float16 (the device's half-precision ALU): inf, and a result of inf or
-    0, once an intermediate passes 65504, though the result itself is in range. Right for the
-    generated cases (values within +-2, sums of a few dozen)."""
+    """float16 L2_NORMALIZATION, INSTANCE_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION, MEAN,
+    AVERAGE_POOL_2D and L2_POOL_2D keep their squares and sums in float16 (the device's
+    half-precision ALU): inf, and a result of inf or 0, once an intermediate passes 65504,
+    though the result itself is in range. Right for the generated cases (values within +-2,
+    sums of a few dozen)."""
 
     name = "half_intermediates"
     KERNELS: ClassVar[dict] = {
@@ -684,6 +704,8 @@ class HalfIntermediates(MutantDriver):
         OperationType.INSTANCE_NORMALIZATION: _half_instance_norm,
         OperationType.MEAN: _half_mean,
         OperationType.AVERAGE_POOL_2D: _half_average_pool,
+        OperationType.L2_POOL_2D: _half_l2_pool,
+        OperationType.LOCAL_RESPONSE_NORMALIZATION: _half_local_response,
     }
 
     def mutate_operation(self, n, op, operands, inputs, outputs, results):
