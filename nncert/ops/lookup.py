@@ -247,6 +247,25 @@ def _first_last_rows(s: SampleContext) -> None:
     s.tensor("values", dims)
 
 
+#: Rows of the long EMBEDDING_LOOKUP table: past 2**16, so that a lookup held in 16 bits wraps.
+LONG_TABLE = 70_000
+
+
+def _long_table(s: SampleContext) -> None:
+    """A table of LONG_TABLE rows of one value, six lookups: three past 65536, one below it,
+    the first row and the last."""
+    n = LONG_TABLE
+    look = [*s.draw.integers((3,), 1 << 16, n - 1), s.draw.int(1, (1 << 16) - 1), 0, n - 1]
+    s.tensor("lookups", (6,), value=np.asarray(look, np.int32), const=s.draw.bool(0.3))
+    s.tensor("values", (n, 1))
+
+
+# EMBEDDING_LOOKUP's own edge: generated tables have a few rows, so a driver holding lookups
+# (or the row offsets they become) in 16 bits passed every case.
+_LONG_TABLE = edges.Edge("long_table", "long", f"a table of {LONG_TABLE} rows, lookups past 65536",
+                         sample=_long_table, heavy=True)
+
+
 _FIRST_LAST = edges.Edge("rows_first_last", "lookup",
                          "lookups of the table's first and last rows, each twice",
                          sample=_first_last_rows)
@@ -257,7 +276,7 @@ EMBEDDING_LOOKUP = OpRecord(
                (Arg("output", ranks=_FROM_2, quant=same_as("values")),)),),
     _vs({Version.V1_0: (_F32,), Version.V1_2: (_I32, _Q8), Version.V1_3: (_F16, _Q8S)}),
     _embedding_kernel, _embedding_shape, _embedding_sample,
-    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST, edges.int32_wide("any")),
+    criterion="strict", check=_embedding_check, edges=(_FIRST_LAST, _LONG_TABLE, edges.int32_wide("any")),
     picks=("lookups", "values", None),
     doc="rows of values (dimension 0) picked by lookups; an index out of range fails",
 )

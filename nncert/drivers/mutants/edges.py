@@ -786,6 +786,23 @@ class HalfNearestCoordinates(MutantDriver):
             return results
         return evaluate(dataclasses.replace(get(op.type), kernel=_half_nearest), operands, inputs, outputs)
 
+
+class Embedding16BitLookups(MutantDriver):
+    """EMBEDDING_LOOKUP holds each lookup in 16 bits (as gather_16bit_indices does GATHER's
+    indices): a row past 65535 wraps. Generated tables have a few rows."""
+
+    name = "embedding_16bit_lookups"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.EMBEDDING_LOOKUP:
+            return results
+        lookups = np.asarray(inputs[0])
+        if lookups.max(initial=0) < 1 << 16:
+            return results
+        raw = list(inputs)
+        raw[0] = (lookups & 0xFFFF).astype(lookups.dtype)
+        return evaluate(get(op.type), operands, raw, outputs)
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -848,4 +865,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_keys and sync and float32")),
     MutantInfo(HalfNearestCoordinates, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_wide_output and sync and float32")),
+    MutantInfo(Embedding16BitLookups, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_long_table and float and sync")),
 )
