@@ -5,12 +5,10 @@ tests that name the requirement the mutant breaks (and the reference passes it: 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import background_runs
 import pytest
 
 from nncert.drivers.mutants import MUTANTS
@@ -18,50 +16,40 @@ from nncert.drivers.mutants import MUTANTS
 ROOT = Path(__file__).resolve().parent.parent
 #: Mutants that answer wrongly; those that crash or hang are tests/test_process_faults.py's.
 WRONG_ANSWER = sorted(n for n, m in MUTANTS.items() if m.outcome == "FAILURE")
+#: Failures after which a mutant's run stops: the verdict needs the suite to fail in tests
+#: naming the broken requirement, not all of them (no_validation failed 6,378 tests).
+MAXFAIL = 40
 
 
-def run_conformance(driver: str, report: Path, *extra: str, suite: str = "") -> subprocess.CompletedProcess:
-    """The conformance suite (or one file of it) against ``driver``; random graphs at 3 per
-    cell with a short shrinking budget, and no tracebacks (the report has every failure's
-    reason; formatting thousands of tracebacks doubled the run), so that a mutant failing
-    every cell stays quick."""
-    argv = [sys.executable, "-m", "pytest", str(ROOT / "conformance" / suite), "-q", "-p", "no:cacheprovider",
-            "--tb=no", f"--driver={driver}", f"--nncert-report={report}", "--no-three-way", "--graphs=3",
-            "--shrink-budget=20", f"--graph-dir={report.parent / 'graphs'}", *extra]
-    for attempt in range(3):
-        try:
-            return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-        except OSError:
-            # The child never started: exec failed with EFAULT once in CI, two pool threads
-            # spawning at once (CPython drops the GIL around vfork). Not a verdict: start again.
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+def mutant_run(name: str) -> tuple[list[str], Path]:
+    """The run of the conformance suite (the file, and the slice of it, where the mutant's
+    fault shows: ``MutantInfo.suite`` and ``args``) against ``mutant:name``, and the report it
+    writes. Random graphs at 3 per cell with a short shrinking budget, and no tracebacks (the
+    report has every failure's reason; formatting thousands of tracebacks doubled the run),
+    so that a mutant failing every cell stays quick. A background run (tests/background_runs.py):
+    queued at collection, run once however many pytest-xdist workers collect its test."""
+    info = MUTANTS[name]
+    where = background_runs.scratch() / "mutants" / name
+    where.mkdir(parents=True, exist_ok=True)
+    report = where / "report.json"
+    suite = str(ROOT / "conformance" / info.suite)
+    return [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider", "--tb=no",
+            f"--maxfail={MAXFAIL}", f"--driver=mutant:{name}", f"--nncert-report={report}",
+            "--no-three-way", "--graphs=3", "--shrink-budget=20", f"--graph-dir={where / 'graphs'}",
+            *info.args], report
 
 
-@pytest.fixture(scope="module")
-def mutant_runs(request, tmp_path_factory) -> dict[str, tuple[Future, Path]]:
-    """The conformance run of every selected mutant, started at once, as many at a time as
-    there are cores."""
-    selected = {item.callspec.params["name"] for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")}
-    pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
-    runs = {}
-    for name in sorted(selected):
-        report = tmp_path_factory.mktemp(name) / "report.json"
-        # A mutant of one suite runs that suite alone, on the slice its fault can show in.
-        info = MUTANTS[name]
-        runs[name] = (pool.submit(run_conformance, f"mutant:{name}", report, *info.args, suite=info.suite),
-                      report)
-    yield runs
-    pool.shutdown(cancel_futures=True)
+def runs_to_start(item) -> list[list[str]]:
+    if item.originalname == "test_conformance_catches_mutant":
+        return [mutant_run(item.callspec.params["name"])[0]]
+    return []
 
 
 @pytest.mark.req("ACC-1", "ACC-2", "ACC-5", "VAL-1", "EXE-3", "EXE-4", "EXE-7")
 @pytest.mark.parametrize("name", WRONG_ANSWER)
-def test_conformance_catches_mutant(name, mutant_runs):
-    future, report = mutant_runs[name]
-    proc = future.result()
+def test_conformance_catches_mutant(name):
+    argv, report = mutant_run(name)
+    proc = background_runs.run(argv, timeout=1200)
     assert proc.returncode == 1, f"suite did not fail against mutant:{name}:\n{proc.stdout[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     failed = {nodeid: rec for nodeid, rec in tests.items() if rec["outcome"] == "failed"}
