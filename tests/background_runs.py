@@ -40,7 +40,7 @@ from nncert.files import share_bytecode
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Runs going at once, at most (on two cores the tests keep one).
-PARALLEL = max(1, (os.cpu_count() or 2) - 1)
+PARALLEL = int(os.environ.get("NNCERT_BACKGROUND_PARALLEL", "0")) or max(1, (os.cpu_count() or 2) - 1)
 #: The key a pytest-xdist worker finds the shared directory under, in its ``workerinput``.
 WORKER_KEY = "nncert_background_runs"
 

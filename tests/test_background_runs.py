@@ -60,3 +60,46 @@ def test_closing_the_launchers_input_kills_what_still_runs(tmp_path):
     except ProcessLookupError:
         return
     raise AssertionError(f"run {pid} outlived the launcher")
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.05)
+
+
+def test_first_runs_jump_the_queue_in_their_directory_and_a_waiting_test_lends_its_core(tmp_path):
+    """One run at a time: a run marked first starts before one queued earlier, in the working
+    directory it names; a test process waiting on a run (a file in waiting/) adds a slot."""
+    started, go = tmp_path / "started.txt", tmp_path / "go"
+
+    def request(name: str, code: str = "", **extra) -> None:
+        note = f"open({str(started)!r}, 'a').write({name!r} + ' ' + os.getcwd() + '\\n')"
+        argv = [sys.executable, "-c", f"import os, time\n{note}\n{code}"]
+        request = {"argv": argv, "cwd": None, "first": False, **extra}
+        (tmp_path / f"{name}.req").write_text(json.dumps(request))
+
+    request("blocker", f"while not os.path.exists({str(go)!r}): time.sleep(0.05)")
+    launcher = subprocess.Popen([sys.executable, background_runs.__file__, str(tmp_path)],
+                                stdin=subprocess.PIPE, env={**os.environ, "NNCERT_BACKGROUND_PARALLEL": "1"})
+    try:
+        _wait_for(started)
+        (tmp_path / "elsewhere").mkdir()
+        request("late")
+        time.sleep(0.5)  # the launcher has queued "late" behind the blocker
+        request("early", first=True, cwd=str(tmp_path / "elsewhere"))
+        time.sleep(0.5)
+        assert started.read_text().count("\n") == 1, "a second run started with one slot"
+        (tmp_path / "waiting").mkdir()
+        (tmp_path / "waiting" / "4242").touch()  # a test waits on a run: one more slot
+        _wait_for(tmp_path / "early.rc")
+        assert not (tmp_path / "blocker.rc").exists()
+    finally:
+        go.touch()
+        _wait_for(tmp_path / "late.rc")
+        launcher.stdin.close()
+        launcher.wait(timeout=30)
+    lines = started.read_text().splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["blocker", "early", "late"]
+    assert lines[1] == f"early {tmp_path / 'elsewhere'}"
