@@ -26,7 +26,15 @@ from nncert.testing.cases import (
     sample_case,
 )
 from nncert.testing.criteria import output_mismatches, tolerance
-from nncert.testing.harness import PATHS, execute, own_criterion, prepare_or_skip, run_case, run_state_chain
+from nncert.testing.harness import (
+    PATHS,
+    execute,
+    expect_invalid,
+    own_criterion,
+    prepare_or_skip,
+    run_case,
+    run_state_chain,
+)
 
 
 def models_ahead(item) -> list:
@@ -225,6 +233,12 @@ def test_operation_omitted_inputs(driver, key, variation):
             problems = [str(m) for m in output_mismatches(model, expected, actual)]
         if problems:
             pytest.fail(f"with {what}: " + "; ".join(problems))
+        # Omitted is given no value, not left out: without those arguments the request has
+        # fewer inputs than the model, which no omission makes valid (VAL-1).
+        short = build_request(model, feeds, dims, omitted_inputs=omitted)
+        short.inputs = [a for p, a in enumerate(short.inputs) if p not in omitted]
+        expect_invalid(lambda r=short: execute(prepared, r),
+                       f"a request that leaves out inputs {list(omitted)} instead of giving them no value")
         ran += 1
     if not ran:
         pytest.skip("the reference refuses every omission of this case when it runs")

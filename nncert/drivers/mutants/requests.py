@@ -319,6 +319,32 @@ class IgnoresExtraArguments(MutantDriver):
     prepared_class = Prepared
 
 
+class TrailingInputsOptional(MutantDriver):
+    """A request with fewer inputs than the model is taken as one that omits the missing
+    trailing inputs, where each of them may be omitted (the optional tensors an operation
+    lists last): it runs where it must fail with INVALID_ARGUMENT, as any request with too few
+    arguments (VAL-1)."""
+
+    name = "trailing_inputs_optional"
+
+    class Prepared(MutantPreparedModel):
+        def _completed(self, request: Request) -> Request:
+            from nncert.hal.validation import input_may_be_omitted
+
+            given, wanted = len(request.inputs), len(self.model.main.input_indexes)
+            if given < wanted and all(input_may_be_omitted(self.model, p) for p in range(given, wanted)):
+                missing = [RequestArgument(has_no_value=True) for _ in range(wanted - given)]
+                return Request([*request.inputs, *missing], request.outputs, request.pools)
+            return request
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            return super().execute_synchronously(self._completed(request), measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
@@ -329,5 +355,6 @@ MUTANT_INFO = (
     MutantInfo(ClampsLookupIndices, "VAL-1", suite="test_execution.py", args=("-k", "lookup_index")),
     MutantInfo(RemembersValidPools, "VAL-1", suite="test_validation.py",
                args=("-k", "mutated_request and two_outputs")),
+    MutantInfo(TrailingInputsOptional, "VAL-1", suite="test_operations.py", args=("-k", "omitted_inputs")),
     MutantInfo(IgnoresExtraArguments, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
 )
