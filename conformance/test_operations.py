@@ -203,7 +203,7 @@ OMITTING = [(k, variation) for k in ONE if _optional_tensors(k)
             if _one_case(k).supports(variation) and _omissions(_one_case(k).model(variation)[0])]
 
 
-@pytest.mark.req("DRV-2")
+@pytest.mark.req("DRV-2", "VAL-1")
 @pytest.mark.parametrize(("key", "variation"), [
     pytest.param(k, v, id=f"{_key_id(k)}-{v}", marks=[pytest.mark.req(_acc_req(k), "ACC-6"),
                                                        pytest.mark.operation(k[0].name, k[2].label)])
