@@ -234,3 +234,62 @@ def test_length_1_axes():
         dims = ctx.dims("input")
         axes = ctx.value("axes") if ctx.has("axes") else ctx.value("axis")
         assert all(dims[int(a) % len(dims)] == 1 for a in np.asarray(axes).reshape(-1)), case.id
+
+
+def _data_inputs(case, kind=None):
+    return [ci for ci in case.inputs if ci.operand is not None and ci.operand.type.is_tensor
+            and (kind is None or ci.operand.type is kind)]
+
+
+@pytest.mark.req("ACC-3")
+def test_int32_wide_edge_passes_float32s_significand():
+    """Every int32_wide case holds data past 2^24 (where float32 stops holding every integer),
+    and its golden stays within int32 (no overflow, which NNAPI leaves open)."""
+    cases = _cases_of("int32_wide")
+    assert len({c.record.name for c in cases}) >= 29
+    for case in cases:
+        data = [ci.value for ci in case.inputs if ci.arg.type == "T" and ci.value is not None]
+        assert max(int(np.abs(np.asarray(v, np.int64)).max()) for v in data) > 2**24, case.id
+        assert all(np.asarray(v).dtype == np.int32 for v in data), case.id
+
+
+@pytest.mark.req("ACC-2")
+def test_multiplier_and_bias_edges_reach_their_ranges():
+    for case in _cases_of("quant_multiplier_above_one"):
+        ins = {ci.arg.name: ci.operand for ci in case.inputs}
+        f = ins.get("filter") or ins["weights"]
+        fs = min(f.channel_quant.scales) if f.channel_quant else f.scale
+        assert ins["input"].scale * fs / case.outputs[0].scale > 2, case.id
+    for case in _cases_of("quant_bias_wide"):
+        bias = next(ci.value for ci in case.inputs if ci.arg.name == "bias")
+        assert np.abs(np.asarray(bias, np.int64)).min() >= 2**16, case.id
+
+
+@pytest.mark.req("ACC-1")
+def test_float16_wide_edge_overflows_float16_on_the_way():
+    """Squares pass 65504 (for MEAN and AVERAGE_POOL_2D, sums of four); the golden does not."""
+    cases = _cases_of("float16_wide")
+    assert {c.record.name for c in cases} >= {"L2_NORMALIZATION", "INSTANCE_NORMALIZATION", "MEAN",
+                                              "AVERAGE_POOL_2D", "L2_POOL_2D", "LOCAL_RESPONSE_NORMALIZATION"}
+    for case in cases:
+        x = np.abs(np.asarray(case.inputs[0].value, np.float64))
+        summed = case.record.name in ("MEAN", "AVERAGE_POOL_2D")
+        assert (4 * x.min() if summed else x.max() ** 2) > 65504, case.id
+        assert np.isfinite(case.expected[0]).all() and np.abs(case.expected[0]).max() <= 65504, case.id
+
+
+@pytest.mark.req("ACC-1")
+def test_own_range_edges_reach_their_ranges():
+    imax, imin = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    for case in _cases_of("int32_bounds"):
+        bounds = np.concatenate([np.asarray(ci.value).reshape(-1) for ci in case.inputs
+                                 if ci.arg.name in ("begin", "end")])
+        assert ((bounds == imax) | (bounds == imin)).any(), case.id
+    for case in _cases_of("wide_keys"):
+        keys = np.asarray(next(ci.value for ci in case.inputs if ci.arg.name == "keys"))
+        assert len(set(keys.tolist())) == keys.size > len(set(keys.astype(np.float32).tolist())), case.id
+    for case in _cases_of("wide_output"):
+        assert case.outputs[0].dimensions[2] > 2048 or case.outputs[0].dimensions[3] > 2048, case.id
+    for case in _cases_of("long_table"):
+        lookups = np.asarray(next(ci.value for ci in case.inputs if ci.arg.name == "lookups"))
+        assert (lookups >= 2**16).sum() >= 3, case.id
