@@ -584,6 +584,29 @@ def test_execution_bad_dimensions(domains, name, path):
                  f"copy_to from a buffer whose {path} execution as an output failed", "MEM-4")
 
 
+@pytest.mark.req("MEM-4", "MEM-6")
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", TYPES)
+def test_execution_input_dimensions_against_the_buffers_contents(domains, name, path):
+    """A model and a buffer of unknown dimensions, the buffer holding a DIMS value: as an input
+    it is fixed-size (MEM-6), so a request that gives it other dimensions of as many elements
+    is invalid (a driver that checks the element count only reshapes the contents), and one
+    that gives DIMS runs."""
+    model = _relu_model(name, (0, 0, 0, 0))
+    prepared = _prepare(domains, model)
+    buffer, token = _allocate(domains, prepared)
+    data = _initialise(buffer, name, dims=DIMS)
+    n = _nbytes(name)
+    request = Request([_device(1, _EQUAL_SIZE)], [_shared(0, n, _EQUAL_SIZE)], [_memory(n), token])
+    _expect(prepared, request, path, INVALID,
+            f"a buffer input holding a {list(DIMS)} value given dimensions {list(_EQUAL_SIZE)}", "MEM-6")
+    output = _memory(n)
+    request = Request([_device(1, DIMS)], [_shared(0, n, DIMS)], [output, token])
+    _expect(prepared, request, path, OK, f"a buffer input holding a {list(DIMS)} value given them", "MEM-6")
+    assert np.array_equal(_read(output, name), _relu(name, data)), \
+        f"MEM-6: the {path} run of a buffer input given its own dimensions computed wrong values"
+
+
 @pytest.mark.req("MEM-6", "EXE-4")
 @pytest.mark.parametrize("path", SHAPE_PATHS)
 @pytest.mark.parametrize("name", TYPES)

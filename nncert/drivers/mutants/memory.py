@@ -223,6 +223,39 @@ class KeepsFailedOutputs(MutantDriver):
     memory_domain = _BufferDomain(_KeptOnFailureBuffer)
 
 
+class BufferInputElementCount(MutantDriver):
+    """A buffer input's request dimensions are checked against its contents by element count
+    only: a buffer holding a (1, 4, 4, 2) value runs as (1, 2, 4, 4), its bytes reshaped, where
+    the request must be refused (MEM-6: a buffer is fixed-size as an input)."""
+
+    name = "buffer_input_element_count"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            inputs = []
+            for arg in request.inputs:
+                p = arg.location.pool_index
+                pool = request.pools[p] if 0 <= p < len(request.pools) else None
+                held = _held(pool) if arg.dimensions and isinstance(pool, int) else None
+                if held is not None and tuple(arg.dimensions) != held.shape \
+                        and math.prod(arg.dimensions) == math.prod(held.shape):
+                    arg = RequestArgument(arg.has_no_value, arg.location, ())  # the element count fits
+                inputs.append(arg)
+            return super().execute_synchronously(Request(inputs, request.outputs, request.pools), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
+def _held(token):
+    try:
+        return lookup(token).snapshot()
+    except HalError:
+        return None
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -233,6 +266,8 @@ MUTANT_INFO = (
     MutantInfo(AnyPreparedModel, "MEM-4", suite="test_memory_domains.py", args=("-k", "bad_prepared_model")),
     MutantInfo(ShapeFromContents, "MEM-6", suite="test_memory_domains.py",
                args=("-k", "copy_from_bad_dimensions_dynamic")),
+    MutantInfo(BufferInputElementCount, "MEM-6", suite="test_memory_domains.py",
+               args=("-k", "against_the_buffers_contents")),
     MutantInfo(KeepsFailedOutputs, "MEM-4", suite="test_memory_domains.py",
                args=("-k", "execution_bad_dimensions")),
 )
