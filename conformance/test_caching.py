@@ -28,7 +28,7 @@ from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
-from nncert.testing.harness import add_model, check_outputs, decline, declined
+from nncert.testing.harness import add_model, check_outputs, decline, declined, status_of
 
 T = OperandType
 #: Operations of the long chain models (the VTS uses 100).
@@ -371,6 +371,21 @@ def test_prepare_from_cache_with_a_past_deadline_is_missed(caching_driver, tmp_p
     status, cached = _from_cache(caching_driver, files, token, deadline=time.monotonic_ns() + 10_000_000_000)
     assert status is ErrorStatus.NONE, f"EXE-10: the cache then gave {status.name} with a deadline 10 s away"
     _check_runs(model, cached, "CACHE-1: the model prepared from cache")
+
+
+@pytest.mark.req("EXE-10", "CACHE-1")
+def test_prepare_with_caches_and_a_past_deadline_is_missed(caching_driver, tmp_path):
+    """prepareModel given caching information (files and a token) keeps its deadline: one a
+    second past is missed, MISSED_DEADLINE_* and no prepared model, as without caching."""
+    model = MODELS["float"]()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    with files.open() as (model_fds, data_fds):
+        status = status_of(lambda: caching_driver.prepare_model(
+            model, deadline=time.monotonic_ns() - 1_000_000_000, model_cache=model_fds, data_cache=data_fds,
+            token=token))
+    _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
+             "prepare_model with caches and a deadline 1 s in the past", "EXE-10")
 
 
 def _one_mode(n: int, i: int, mode: int) -> list[int]:

@@ -11,7 +11,8 @@ from nncert.drivers import caching
 from nncert.drivers.base import Deadline, PreparedModel, check_deadline
 from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.hal.errors import HalError
-from nncert.hal.types import ErrorStatus
+from nncert.hal.model import Model
+from nncert.hal.types import ErrorStatus, ExecutionPreference, Priority
 
 
 def _check_arguments(driver: MutantDriver, model_cache: Sequence[int], data_cache: Sequence[int],
@@ -261,6 +262,22 @@ class CacheWithoutSubgraphs(MutantDriver):
         return prepared
 
 
+class CachingPathNoDeadline(MutantDriver):
+    """prepare_model given caching information (a token) takes a compile-and-save path that
+    never looks at the deadline: a deadline already past is met where it must be missed
+    (EXE-10). Without caching information the deadline is kept."""
+
+    name = "caching_path_no_deadline"
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        if token is not None:
+            deadline = None
+        return super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -272,6 +289,7 @@ MUTANT_INFO = (
     MutantInfo(PadsToken, "VAL-1", suite="test_caching.py", args=("-k", "wrong_length")),
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
+    MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
