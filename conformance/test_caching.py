@@ -28,7 +28,7 @@ from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
-from nncert.testing.harness import add_model, check_outputs, decline, declined, status_of
+from nncert.testing.harness import add_model, check_outputs, decline, declined, expect_invalid, status_of
 
 T = OperandType
 #: Operations of the long chain models (the VTS uses 100).
@@ -386,6 +386,23 @@ def test_prepare_with_caches_and_a_past_deadline_is_missed(caching_driver, tmp_p
             token=token))
     _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
              "prepare_model with caches and a deadline 1 s in the past", "EXE-10")
+
+
+@pytest.mark.req("VAL-1", "CACHE-1")
+def test_prepare_validates_a_model_whose_token_is_cached(caching_driver, tmp_path):
+    """prepareModel compiles the model it is given: an invalid model under a token whose cache
+    is saved and good is still INVALID_ARGUMENT (a driver that loads the token's cache instead
+    takes it)."""
+    model = MODELS["float"]()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    _save(caching_driver, model, files, token)
+    invalid = model.copy()
+    invalid.main.operations[0].inputs[0] = len(invalid.main.operands) + 7  # no such operand
+    with files.open() as (model_fds, data_fds):
+        expect_invalid(lambda: caching_driver.prepare_model(invalid, model_cache=model_fds,
+                                                            data_cache=data_fds, token=token),
+                       "prepare_model of an invalid model under a saved token")
 
 
 def _one_mode(n: int, i: int, mode: int) -> list[int]:

@@ -278,6 +278,27 @@ class CachingPathNoDeadline(MutantDriver):
             deadline = None
         return super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
 
+
+class SavedTokenShortcut(MutantDriver):
+    """prepare_model under a token whose cache it has saved loads that cache instead of
+    compiling, without a look at the model it was given: an invalid model under a saved token
+    is prepared where it must be refused (VAL-1)."""
+
+    name = "saved_token_shortcut"
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        if token is not None and model_cache and caching.token_store(self).get(token) is not None:
+            try:
+                return self.prepare_model_from_cache(deadline, model_cache, data_cache, token)
+            except HalError:
+                pass  # not loadable: compile after all
+        return super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -290,6 +311,7 @@ MUTANT_INFO = (
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
+    MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
