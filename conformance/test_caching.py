@@ -28,7 +28,16 @@ from nncert.hal.model import Model, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
-from nncert.testing.harness import add_model, check_outputs, decline, declined, expect_invalid, status_of
+from nncert.testing.harness import (
+    PATHS,
+    add_model,
+    check_outputs,
+    decline,
+    declined,
+    execute,
+    expect_invalid,
+    status_of,
+)
 
 T = OperandType
 #: Operations of the long chain models (the VTS uses 100).
@@ -238,6 +247,28 @@ def test_save_and_retrieve(caching_driver, tmp_path, kind):
     _check_runs(model, cached, "CACHE-1: the model prepared from cache")
     for i, (a, b) in enumerate(zip(compiled, _outputs(model, cached), strict=True)):
         assert np.array_equal(a, b), f"CACHE-1: output {i} from cache differs from the compiled model's"
+
+
+@pytest.mark.req("CACHE-1", "EXE-1", "EXE-3")
+def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
+    """A model prepared from cache is a prepared model like any other: it runs on every path
+    (sync, async, fenced, burst) and gives what the compiled model gives."""
+    model = MODELS["float"]()
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    compiled = _outputs(model, _save(caching_driver, model, files, token))
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
+    for path in PATHS:
+        request = build_request(model, _feeds(model))
+        try:
+            execute(cached, request, path)
+        except HalError as e:
+            pytest.fail(f"EXE-1: the model prepared from cache failed on the {path} path: {e}")
+        actual = read_outputs(model, request, [c.shape for c in compiled])
+        for i, (a, b) in enumerate(zip(compiled, actual, strict=True)):
+            assert np.array_equal(a, b), \
+                f"EXE-3: output {i} from cache on the {path} path differs from the compiled model's"
 
 
 @pytest.mark.req("CACHE-1", "EXE-6")

@@ -8,11 +8,11 @@ import time
 from collections.abc import Sequence
 
 from nncert.drivers import caching
-from nncert.drivers.base import Deadline, PreparedModel, check_deadline
-from nncert.drivers.mutants import MutantDriver, MutantInfo
+from nncert.drivers.base import Burst, Deadline, PreparedModel, check_deadline
+from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model
-from nncert.hal.types import ErrorStatus, ExecutionPreference, Priority
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
 
 def _check_arguments(driver: MutantDriver, model_cache: Sequence[int], data_cache: Sequence[int],
@@ -299,6 +299,25 @@ class SavedTokenShortcut(MutantDriver):
         return super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
 
 
+class CachedModelSyncOnly(MutantDriver):
+    """A model prepared from cache has no device queue of its own: it runs synchronously and
+    asynchronously, but configuring a burst or a fenced execution fails with GENERAL_FAILURE,
+    where any prepared model runs on every path (EXE-1). Compiled models are right."""
+
+    name = "cached_model_sync_only"
+
+    class QueueLessPrepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "a model from cache has no burst queue")
+
+        def execute_fenced(self, request, wait_for=(), measure=MeasureTiming.NO, deadline=None,
+                           loop_timeout=None, timeout_after_fence=None):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "a model from cache has no fence queue")
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        return self.QueueLessPrepared(super().import_compiled(model_cache, data_cache).model, self)
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -312,6 +331,7 @@ MUTANT_INFO = (
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
     MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
+    MutantInfo(CachedModelSyncOnly, "EXE-1", suite="test_caching.py", args=("-k", "every_path")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
