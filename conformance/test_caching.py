@@ -249,10 +249,11 @@ def test_save_and_retrieve(caching_driver, tmp_path, kind):
         assert np.array_equal(a, b), f"CACHE-1: output {i} from cache differs from the compiled model's"
 
 
-@pytest.mark.req("CACHE-1", "EXE-1", "EXE-3")
+@pytest.mark.req("CACHE-1", "EXE-1", "EXE-3", "EXE-10")
 def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
     """A model prepared from cache is a prepared model like any other: it runs on every path
-    (sync, async, fenced, burst) and gives what the compiled model gives."""
+    (sync, async, fenced, burst) and gives what the compiled model gives, and misses an
+    execution deadline already past on each (EXE-10)."""
     model = MODELS["float"]()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
@@ -269,6 +270,10 @@ def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
         for i, (a, b) in enumerate(zip(compiled, actual, strict=True)):
             assert np.array_equal(a, b), \
                 f"EXE-3: output {i} from cache on the {path} path differs from the compiled model's"
+        late = build_request(model, _feeds(model))
+        status = status_of(lambda p=path, r=late: execute(cached, r, p, deadline=time.monotonic_ns() - 10**9))
+        _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
+                 f"a {path} execution from cache with a deadline 1 s in the past", "EXE-10")
 
 
 @pytest.mark.req("CACHE-1", "EXE-6")

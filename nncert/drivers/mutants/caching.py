@@ -318,6 +318,21 @@ class CachedModelSyncOnly(MutantDriver):
         return self.QueueLessPrepared(super().import_compiled(model_cache, data_cache).model, self)
 
 
+class CachedModelIgnoresDeadline(MutantDriver):
+    """A model prepared from cache runs on a fast path that never looks at an execution's
+    deadline: one already past is met where it must be missed (EXE-10). Compiled models keep
+    their deadlines."""
+
+    name = "cached_model_ignores_deadline"
+
+    class DeadlineBlindPrepared(MutantPreparedModel):
+        def execute_synchronously(self, request, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
+            return super().execute_synchronously(request, measure, None, loop_timeout)
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        return self.DeadlineBlindPrepared(super().import_compiled(model_cache, data_cache).model, self)
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -332,6 +347,7 @@ MUTANT_INFO = (
     MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
     MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
     MutantInfo(CachedModelSyncOnly, "EXE-1", suite="test_caching.py", args=("-k", "every_path")),
+    MutantInfo(CachedModelIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "every_path")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
