@@ -24,7 +24,7 @@ from nncert.drivers import load_driver
 from nncert.drivers.base import Driver, PreparedModel
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import HalError
-from nncert.hal.model import Model, dtype_of
+from nncert.hal.model import Model, Timing, dtype_of
 from nncert.hal.types import ErrorStatus, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.control_flow_models import counting_feeds, counting_while_model
@@ -249,11 +249,11 @@ def test_save_and_retrieve(caching_driver, tmp_path, kind):
         assert np.array_equal(a, b), f"CACHE-1: output {i} from cache differs from the compiled model's"
 
 
-@pytest.mark.req("CACHE-1", "EXE-1", "EXE-3", "EXE-10")
+@pytest.mark.req("CACHE-1", "EXE-1", "EXE-3", "EXE-7", "EXE-10")
 def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
     """A model prepared from cache is a prepared model like any other: it runs on every path
-    (sync, async, fenced, burst) and gives what the compiled model gives, and misses an
-    execution deadline already past on each (EXE-10)."""
+    (sync, async, fenced, burst), gives what the compiled model gives with no timing unless
+    asked (EXE-7), and misses an execution deadline already past on each (EXE-10)."""
     model = MODELS["float"]()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
@@ -263,9 +263,10 @@ def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
     for path in PATHS:
         request = build_request(model, _feeds(model))
         try:
-            execute(cached, request, path)
+            _, timing = execute(cached, request, path)
         except HalError as e:
             pytest.fail(f"EXE-1: the model prepared from cache failed on the {path} path: {e}")
+        assert timing == Timing(), f"EXE-7: the {path} path from cache reported timing {timing} unasked"
         actual = read_outputs(model, request, [c.shape for c in compiled])
         for i, (a, b) in enumerate(zip(compiled, actual, strict=True)):
             assert np.array_equal(a, b), \

@@ -333,6 +333,20 @@ class CachedModelIgnoresDeadline(MutantDriver):
         return self.DeadlineBlindPrepared(super().import_compiled(model_cache, data_cache).model, self)
 
 
+class CachedModelAlwaysTimed(MutantDriver):
+    """A model prepared from cache keeps the profiling its compilation turned on: it reports
+    timing for every execution, asked for or not (EXE-7). Compiled models are right."""
+
+    name = "cached_model_always_timed"
+
+    class ProfiledPrepared(MutantPreparedModel):
+        def execute_synchronously(self, request, measure=MeasureTiming.NO, deadline=None, loop_timeout=None):
+            return super().execute_synchronously(request, MeasureTiming.YES, deadline, loop_timeout)
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        return self.ProfiledPrepared(super().import_compiled(model_cache, data_cache).model, self)
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -348,6 +362,7 @@ MUTANT_INFO = (
     MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
     MutantInfo(CachedModelSyncOnly, "EXE-1", suite="test_caching.py", args=("-k", "every_path")),
     MutantInfo(CachedModelIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "every_path")),
+    MutantInfo(CachedModelAlwaysTimed, "EXE-7", suite="test_caching.py", args=("-k", "every_path")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
 )
