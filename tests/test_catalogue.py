@@ -293,3 +293,24 @@ def test_own_range_edges_reach_their_ranges():
     for case in _cases_of("long_table"):
         lookups = np.asarray(next(ci.value for ci in case.inputs if ci.arg.name == "lookups"))
         assert (lookups >= 2**16).sum() >= 3, case.id
+
+
+@pytest.mark.req("ACC-1")
+def test_float_wide_edge_reaches_past_the_narrow_ranges():
+    """Every float_wide case holds a value at its type's largest finite magnitude or past 2^31
+    (float16: 32768), and nothing within 1e5 (float16: 100) of zero; the golden is finite.
+    A row that is all one sign stays so (REDUCE_MAX, MAX_POOL_2D, ARGMAX all negative)."""
+    cases = _cases_of("float_wide")
+    assert {c.record.name for c in cases} >= {"REDUCE_MAX", "REDUCE_MIN", "MAX_POOL_2D", "ARGMAX", "ARGMIN",
+                                              "MAXIMUM", "MINIMUM", "ABS", "NEG", "FLOOR", "RELU"}
+    for case in cases:
+        data = [ci for ci in _data_inputs(case) if ci.operand.type.is_float]
+        half = data[0].operand.type is OperandType.TENSOR_FLOAT16
+        lo, past = (100.0, 32768.0) if half else (1e5, 2.0**31)
+        x = np.concatenate([np.abs(np.asarray(ci.value, np.float64)).reshape(-1) for ci in data])
+        assert x.min() >= lo * (1 - 1e-3) and x.max() >= past, case.id
+        assert np.isfinite(np.asarray(case.expected[0], np.float64)).all(), case.id
+        if case.record.name in ("REDUCE_MAX", "MAX_POOL_2D", "ARGMAX"):
+            assert (np.asarray(data[0].value) < 0).all(), case.id
+        if case.record.name in ("REDUCE_MIN", "ARGMIN"):
+            assert (np.asarray(data[0].value) > 0).all(), case.id

@@ -149,7 +149,8 @@ _PRELU = OpRecord(
 
 RECORDS = [
     _unary(Op.RELU, lambda x: np.maximum(x, 0.0), _CLASSIC, out_quant=same_as("input"),
-           span=3.0, criterion="strict", doc="max(0, input)"),
+           span=3.0, criterion="strict", edges_=(edges.float_wide("mixed", (_F32, _F16)),),
+           doc="max(0, input)"),
     _unary(Op.RELU1, lambda x: np.clip(x, -1.0, 1.0), _CLASSIC, out_quant=same_as("input"),
            span=2.0, criterion="strict", doc="min(1, max(-1, input))"),
     _unary(Op.RELU6, lambda x: np.clip(x, 0.0, 6.0), _CLASSIC, out_quant=same_as("input"),

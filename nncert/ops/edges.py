@@ -491,6 +491,48 @@ def float16_wide(lo: float, hi: float, signed: bool, doc: str) -> Edge:
                 applies=lambda record, sig, var_: var_.primary is T.TENSOR_FLOAT16, adjust=adjust)
 
 # ---------------------------------------------------------------------------------------
+# Float data far past the samplers' +-2 (declared by the exact float operations)
+
+#: ``float_wide``'s magnitudes per type: (smallest, a value past which a narrower path breaks).
+_FLOAT_WIDE = {T.TENSOR_FLOAT32: (1e5, 2.0**31), T.TENSOR_FLOAT16: (100.0, 32768.0)}
+
+
+def float_wide(sign: str, types: tuple[T, ...] = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)) -> Edge:
+    """Float tensor inputs of magnitudes log-uniform from 1e5 to float32's largest (float16:
+    100 to 65504), every one of them ``sign`` ("negative", "positive" or "mixed": either),
+    one at the type's largest finite magnitude and one past 2^31 (float16: 32768). The
+    samplers keep floats within +-2, so a kernel that starts a maximum at -65504 (a float16
+    shader's constant reused), clamps at 65504, takes |x| as sqrt(x * x), FLOOR through an
+    int32 (int16) conversion, or MAXIMUM as (a + b + |a - b|) / 2 passed every generated case.
+    Only for operations whose result is exact (moves, comparisons, ABS, FLOOR): the golden
+    is then exact whatever the magnitude."""
+
+    def adjust(s: SampleContext) -> None:
+        t = s.variant.primary
+        lo, past = _FLOAT_WIDE[t]
+        top = float(np.finfo(np.float32 if t is T.TENSOR_FLOAT32 else np.float16).max)
+        for a in s.signature.inputs:
+            if s.type(a.name) is not t:
+                continue
+            for item in _items(s, a.name):
+                dims = tuple(item.dims)
+                mag = np.exp(s.draw.array(dims, math.log(lo), math.log(top))).reshape(-1)
+                if mag.size >= 2:
+                    mag[s.draw.int(0, mag.size - 1)] = top
+                mag[s.draw.int(0, mag.size - 1)] = s.draw.float(past, top)
+                if sign == "mixed":
+                    sgn = np.where(s.draw.integers(mag.shape, 0, 1) == 1, 1.0, -1.0)
+                else:
+                    sgn = -1.0 if sign == "negative" else 1.0
+                item.value = (np.minimum(mag, top) * sgn).reshape(dims)
+
+    docs = {"negative": "every one negative", "positive": "every one positive", "mixed": "either sign"}
+    return Edge("float_wide", "float", f"float data of magnitudes 1e5..3.4e38 (float16: 100..65504), "
+                f"{docs[sign]}, one at the type's largest",
+                applies=lambda record, sig, var_: var_.primary in types, adjust=adjust)
+
+
+# ---------------------------------------------------------------------------------------
 # Length-1 axes (declared by the reductions and normalisations)
 
 

@@ -130,7 +130,7 @@ RECORDS = [
           (_GLOBAL_WINDOW, edges.float16_wide(20000.0, 60000.0, False, "float16 inputs of 20000..60000: "
                                               "a window's sum passes float16's largest, its mean does not"))),
     _pool(Op.MAX_POOL_2D, _max, _QUANT_POOL, Arg("output", ranks=(4,), quant=same_as("input")),
-          "maximum of each window, over the taps inside the input"),
+          "maximum of each window, over the taps inside the input", (edges.float_wide("negative"),)),
     _pool(Op.L2_POOL_2D, _l2, {Version.V1_0: (F32,), Version.V1_2: (F16,)}, Arg("output", ranks=(4,)),
           "square root of the mean square of each window, over the taps inside the input",
           (edges.Without("saturate_relu", "never negative: a fused RELU has nothing to clamp"),

@@ -225,12 +225,12 @@ def _long_arg_sample(s: SampleContext) -> None:
     s.scalar("axis", s.draw.choice((1, -1)))
 
 
-def _arg(op: Op, fn: Callable[..., np.ndarray], doc: str) -> OpRecord:
+def _arg(op: Op, fn: Callable[..., np.ndarray], sign: str, doc: str) -> OpRecord:
     vs = (*variants(V.V1_2, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, _Q8),
           *variants(V.V1_3, _Q8S))
     own = (edges.axis_of_1("axis"),
            edges.long_reduction(_long_arg_sample, f"an axis of {LONG}, the extreme past index 65536"),
-           edges.int32_wide("near"))
+           edges.int32_wide("near"), edges.float_wide(sign, (T.TENSOR_FLOAT32,)))
     return OpRecord(op, (_ARG,), vs, _arg_kernel(fn), _arg_shape, _arg_sample,
                     criterion="strict", edges=own, doc=doc)
 
@@ -253,14 +253,15 @@ RECORDS = [
     # No long product: thousands of factors in (-1, 1) underflow to zero.
     _reduce(Op.REDUCE_PROD, np.prod, _FLOATS, domain="unit", max_count=8, long=False,
             doc="product of input over the listed axes"),
-    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"),
+    _reduce(Op.REDUCE_MAX, np.max, _FLOATS_Q8, quant=same_as("input"), extra=(edges.float_wide("negative"),),
             doc="maximum of input over the listed axes"),
-    _reduce(Op.REDUCE_MIN, np.min, _FLOATS_Q8, quant=same_as("input"),
+    _reduce(Op.REDUCE_MIN, np.min, _FLOATS_Q8, quant=same_as("input"), extra=(edges.float_wide("positive"),),
             doc="minimum of input over the listed axes"),
     _reduce(Op.REDUCE_ANY, np.any, _BOOL, criterion="strict",
             doc="logical or of input over the listed axes"),
     _reduce(Op.REDUCE_ALL, np.all, _BOOL, criterion="strict",
             doc="logical and of input over the listed axes"),
-    _arg(Op.ARGMAX, np.argmax, "index of the largest element of input along axis (TENSOR_INT32)"),
-    _arg(Op.ARGMIN, np.argmin, "index of the smallest element of input along axis (TENSOR_INT32)"),
+    _arg(Op.ARGMAX, np.argmax, "negative", "index of the largest element of input along axis (TENSOR_INT32)"),
+    _arg(Op.ARGMIN, np.argmin, "positive",
+         "index of the smallest element of input along axis (TENSOR_INT32)"),
 ]

@@ -803,6 +803,35 @@ class Embedding16BitLookups(MutantDriver):
         raw[0] = (lookups & 0xFFFF).astype(lookups.dtype)
         return evaluate(get(op.type), operands, raw, outputs)
 
+class HalfRangeConstants(MutantDriver):
+    """float32 kernels generated from float16 shaders keep the half type's constants: REDUCE_MAX
+    and MAX_POOL_2D start their maximum at -65504 (REDUCE_MIN at 65504), ARGMAX / ARGMIN start
+    at (0, -+65504) and move on a strict improvement, RELU clamps at 65504 as its "infinity".
+    Right for every value the samplers draw (within +-2); wrong once every value of a window
+    or row lies beyond 65504."""
+
+    name = "half_range_constants"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if operands[0] is None or operands[0].type is not T.TENSOR_FLOAT32:
+            return results
+        big = 65504.0
+        if op.type in (Op.REDUCE_MAX, Op.MAX_POOL_2D):
+            return [np.maximum(np.asarray(results[0]), -big).astype(np.float32)]
+        if op.type is Op.REDUCE_MIN:
+            return [np.minimum(np.asarray(results[0]), big).astype(np.float32)]
+        if op.type is Op.RELU:
+            return [np.minimum(np.asarray(results[0]), big).astype(np.float32)]
+        if op.type in (Op.ARGMAX, Op.ARGMIN):
+            x = np.asarray(inputs[0], np.float64)
+            axis = normalize_axis(int(np.asarray(inputs[1]).item()), x.ndim, "axis")
+            beyond = x.max(axis=axis) < -big if op.type is Op.ARGMAX else x.min(axis=axis) > big
+            got = np.asarray(results[0]).copy()
+            got[np.asarray(beyond).reshape(got.shape)] = 0
+            return [got]
+        return results
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -867,4 +896,6 @@ MUTANT_INFO = (
                args=("-k", "edge_wide_output and sync and float32")),
     MutantInfo(Embedding16BitLookups, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_long_table and float and sync")),
+    MutantInfo(HalfRangeConstants, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_float_wide and float32 and sync")),
 )
