@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from nncert.drivers import load_driver
 from nncert.hal.builder import ModelBuilder, build_request
 from nncert.hal.errors import ValidationError
 from nncert.hal.memory import Memory
@@ -24,6 +25,7 @@ from nncert.hal.model import (
 from nncert.hal.types import (
     ErrorStatus,
     ExecutionPreference,
+    MeasureTiming,
     OperandLifeTime,
     OperandType,
     OperationType,
@@ -688,6 +690,23 @@ def test_preference_and_priority():
         with pytest.raises(ValidationError) as info:
             validate_priority(p)
         assert info.value.rule == "priority"
+
+
+@pytest.mark.parametrize("spec", ["reference", "litert"])
+def test_an_execution_with_a_bad_measure_is_invalid_before_it_runs(spec):
+    """MeasureTiming 2 (or -1, or None) is INVALID_ARGUMENT, not an exception of the driver's
+    own after the run has written its outputs."""
+    if spec == "litert":
+        pytest.importorskip("ai_edge_litert")
+    driver = load_driver(spec)
+    model, request = _request()
+    prepared = driver.prepare_model(model)
+    for measure in (2, -1, None):
+        with pytest.raises(ValidationError) as info:
+            prepared.execute_synchronously(request, measure)
+        assert info.value.rule == "measure-timing" and info.value.status is ErrorStatus.INVALID_ARGUMENT
+    for measure in MeasureTiming:
+        prepared.execute_synchronously(request, measure)
 
 
 # ---------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ from nncert.hal.transform import (
 )
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, OperationType, Priority
 from nncert.hal.types import OperandType as T
-from nncert.hal.validation import validate_model, validate_request
+from nncert.hal.validation import validate_measure, validate_model, validate_request
 from nncert.ops import get
 from nncert.ops.base import MAX_OUTPUT_ELEMENTS
 from nncert.ops.interpreter import loop_timeout_of
@@ -239,6 +239,7 @@ class CompiledPreparedModel(PreparedModel):
                               deadline: Deadline = None,
                               loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
+        validate_measure(measure)
         validate_request(request, self.model)
         check_deadline(deadline, "execution")
         loop_ns = loop_timeout_of(loop_timeout)

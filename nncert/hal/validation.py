@@ -112,6 +112,7 @@ from nncert.hal.model import (
 from nncert.hal.types import (
     LATEST,
     ExecutionPreference,
+    MeasureTiming,
     OperandLifeTime,
     OperandType,
     OperationType,
@@ -263,8 +264,15 @@ def validate_priority(priority: Any) -> None:
         raise ValidationError("priority", "priority", f"{priority!r} is not a Priority")
 
 
+def validate_measure(measure: Any) -> None:
+    """An execution's MeasureTiming argument: NO (0) or YES (1), checked before the run."""
+    if not (_is_int(measure) and int(measure) in _MEASURES):
+        raise ValidationError("measure-timing", "measure", f"{measure!r} is not a MeasureTiming")
+
+
 _PREFERENCES = frozenset(int(x) for x in ExecutionPreference)
 _PRIORITIES = frozenset(int(x) for x in Priority)
+_MEASURES = frozenset(int(x) for x in MeasureTiming)
 
 
 # ---------------------------------------------------------------------------------------

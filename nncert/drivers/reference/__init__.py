@@ -31,7 +31,7 @@ from nncert.hal.types import (
     OperationType,
     Priority,
 )
-from nncert.hal.validation import validate_model, validate_request
+from nncert.hal.validation import validate_measure, validate_model, validate_request
 from nncert.ops import get
 from nncert.ops.control_flow import runnable
 from nncert.ops.interpreter import ExecutionBudget, execution_budget, run_model
@@ -54,6 +54,7 @@ class ReferencePreparedModel(PreparedModel):
                               deadline: Deadline = None,
                               loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
+        validate_measure(measure)
         self.check_request(request)
         check_deadline(deadline, "execution")
         inputs = read_inputs(self.model, request)
