@@ -49,7 +49,7 @@ def runs_to_start(item) -> list[list[str]]:
 @pytest.mark.parametrize("name", WRONG_ANSWER)
 def test_conformance_catches_mutant(name):
     argv, report = mutant_run(name)
-    proc = background_runs.run(argv, timeout=1200)
+    proc = background_runs.run(argv, timeout=1500)
     assert proc.returncode == 1, f"suite did not fail against mutant:{name}:\n{proc.stdout[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     failed = {nodeid: rec for nodeid, rec in tests.items() if rec["outcome"] == "failed"}
