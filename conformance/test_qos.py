@@ -181,3 +181,29 @@ def test_long_execution_stops_at_its_deadline(driver, path):
     assert status in MISSED, f"EXE-10: gave {status.name}, expected MISSED_DEADLINE_*"
     assert elapsed < STOPPED_WITHIN_S, \
         f"EXE-10: a {path} execution with a 50 ms deadline returned after {elapsed:.2f} s"
+
+
+#: The deadline of the first run of each path in test_a_deadline_binds_only_its_own_execution.
+PASSING_DEADLINE_NS = 300_000_000
+
+
+@pytest.mark.req("EXE-10")
+def test_a_deadline_binds_only_its_own_execution(driver):
+    """A deadline belongs to the execution it was given to: once one prepared model has run
+    with a deadline on every path and that deadline has passed, its runs without a deadline
+    must still succeed, on every path (a driver that keeps the last deadline it saw misses
+    every later execution). Whether the runs with the deadline met it is not judged here."""
+    model = add_model(DIMS)
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds()
+    deadline = time.monotonic_ns() + PASSING_DEADLINE_NS
+    for path in DEADLINE_PATHS:
+        status_of(lambda path=path: execute(prepared, build_request(model, feeds), path, deadline=deadline))
+    time.sleep(max(0.0, (deadline - time.monotonic_ns()) / 1e9) + 0.01)
+    for path in DEADLINE_PATHS:
+        request = build_request(model, feeds)
+        status = status_of(lambda path=path, request=request: execute(prepared, request, path))
+        assert status is ErrorStatus.NONE, \
+            f"EXE-10: a {path} execution without a deadline, after runs with a deadline that has " \
+            f"since passed, gave {status.name}"
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)
