@@ -274,3 +274,26 @@ def test_endless_while_stops_at_a_zero_loop_timeout(driver, path):
 def test_endless_while_stops_at_the_default_loop_timeout(driver):
     """No loop timeout given: the default of 2 s applies (LOOP_TIMEOUT_DEFAULT_NS)."""
     _expect_missed(driver, None, "sync", LOOP_TIMEOUT_DEFAULT_NS / 1e9 + STOPPED_WITHIN_S)
+
+
+@pytest.mark.req("EXE-9")
+def test_a_loop_timeout_binds_only_its_own_execution(driver):
+    """A loop timeout belongs to the execution it was given to: after one prepared model has
+    stopped a long WHILE at a loop timeout of 0 on every path, its three-turn WHILE without a
+    loop timeout (the default, 2 s) must still finish, on every path (a driver that keeps the
+    last loop timeout it saw stops every later loop at once). How the stopped runs ended is
+    test_endless_while_stops_at_a_zero_loop_timeout's to judge, not this test's."""
+    model = counting_while_model()
+    prepared = prepare_or_skip(driver, model)
+    paths = (*PATHS, *FAST_PATHS)
+    for path in paths:
+        request = build_request(model, counting_feeds(0, 0, 2**31 - 1))
+        status_of(lambda path=path, request=request: execute(prepared, request, path, loop_timeout=0))
+    for path in paths:
+        request = build_request(model, counting_feeds(100, 0, 3))
+        try:
+            execute(prepared, request, path)
+        except HalError as e:
+            pytest.fail(f"EXE-9: a {path} run of a three-turn WHILE with the default loop timeout, "
+                        f"after runs with a loop timeout of 0, failed: {e}")
+        check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)

@@ -30,6 +30,27 @@ class DeadlineKept(MutantDriver):
     prepared_class = Prepared
 
 
+class LoopTimeoutKept(MutantDriver):
+    """A prepared model keeps the last loop timeout it was given and applies it to later
+    executions that give none (in place of the default): after a run with a loop timeout of 0,
+    every later loop stops at once."""
+
+    name = "loop_timeout_kept"
+
+    class Prepared(MutantPreparedModel):
+        last_loop_timeout: int | None = None
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if loop_timeout is not None:
+                self.last_loop_timeout = loop_timeout
+            return super().execute_synchronously(request, measure, deadline, self.last_loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
+    MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
 )
