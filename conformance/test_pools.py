@@ -242,6 +242,34 @@ def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
             (" (0 where unknown)" if dynamic else " (the model gives it in full)")
 
 
+@pytest.mark.req("EXE-5")
+@pytest.mark.parametrize("path", SHAPE_PATHS)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["known", "unknown"])
+def test_retry_after_insufficient_size_runs_its_own_request(driver, dynamic, path):
+    """The client's retry after OUTPUT_INSUFFICIENT_SIZE, on the same prepared model with
+    buffers of the reported sizes, is a request of its own: here with other inputs, it must
+    give their results and shapes (a driver that keeps the results of the run that failed for
+    its retry writes those)."""
+    b = ModelBuilder()
+    dims = (3, 5)
+    x, y = b.operand(T.TENSOR_FLOAT32, dims), b.operand(T.TENSOR_FLOAT32, dims)
+    out = b.operand(T.TENSOR_FLOAT32, (0, 0) if dynamic else dims)
+    b.operation(OperationType.ADD, [x, y, b.constant(T.INT32, 0)], [out])
+    model = b.build([x, y], [out])
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(11)
+    first, retry = ([rng.uniform(-2, 2, dims).astype(np.float32) for _ in range(2)] for _ in range(2))
+    with pytest.raises(HalError) as info:
+        execute(prepared, build_request(model, first, [dims], output_shrink={0: 4}), path)
+    assert info.value.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
+        f"EXE-5: an output one element short gave {info.value.status.name}"
+    request = build_request(model, retry, [dims])
+    shapes, _ = execute(prepared, request, path)
+    assert tuple(shapes[0].dimensions) == dims and shapes[0].is_sufficient, \
+        f"EXE-5: the {path} retry reported output shape {shapes[0]}, expected {list(dims)}"
+    check_outputs([retry[0] + retry[1]], read_outputs(model, request, [dims]), model)
+
+
 # -- bursts (BURST-1, BURST-2) -------------------------------------------------------------------
 
 def _binary_model(op: OperationType, dims=(2, 3)) -> Model:

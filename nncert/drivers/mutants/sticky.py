@@ -5,10 +5,13 @@ that gives each prepared model one execution, or one form of execution, cannot s
 
 from __future__ import annotations
 
+import numpy as np
+
 from nncert.drivers.base import Deadline
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
 from nncert.hal.model import OutputShape, Request, Timing
-from nncert.hal.types import MeasureTiming
+from nncert.hal.types import ErrorStatus, MeasureTiming
 
 
 class DeadlineKept(MutantDriver):
@@ -50,7 +53,39 @@ class LoopTimeoutKept(MutantDriver):
     prepared_class = Prepared
 
 
+class InsufficientResultsKept(MutantDriver):
+    """The results of an execution that failed with OUTPUT_INSUFFICIENT_SIZE are kept for the
+    client's retry: the next execution of the prepared model writes them instead of computing
+    its own inputs (right while the retry repeats the inputs, as a client's usually does)."""
+
+    name = "insufficient_results_kept"
+
+    class Prepared(MutantPreparedModel):
+        kept: list[np.ndarray] | None = None
+        computed: list[np.ndarray] | None = None
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            if self.kept is not None:
+                outputs, self.kept = self.kept, None
+                return outputs
+            self.computed = super().compute(inputs)
+            return self.computed
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError as e:
+                if e.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    self.kept = self.computed
+                raise
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
+    MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
 )
