@@ -328,6 +328,34 @@ def test_two_bursts_of_one_prepared_model(driver):
                         f"slots of the same ids name other memories): {e}")
 
 
+@pytest.mark.req("BURST-1", "EXE-3")
+def test_burst_runs_between_other_executions_of_its_prepared_model(driver):
+    """A burst stays usable while its prepared model also runs on the other paths: one burst,
+    run between a sync, an async and a fenced execution of the same prepared model, gives
+    each of its requests' results, and so does every other execution (a driver whose other
+    paths reset the device context a burst holds fails the burst's next run)."""
+    model = _binary_model(OperationType.ADD)
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(14)
+    for turn, path in enumerate(("burst", "sync", "burst", "async", "burst", "fenced", "burst")):
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        request = build_request(model, [x, y])
+        try:
+            if path == "burst":
+                burst.execute(request, [2 * turn, 2 * turn + 1])
+            else:
+                execute(prepared, request, path)
+        except HalError as e:
+            pytest.fail(f"BURST-1: turn {turn}, a {path} execution of a prepared model whose burst runs "
+                        f"between the other paths failed: {e}")
+        try:
+            check_outputs([x + y], read_outputs(model, request, [(2, 3)]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-1: turn {turn}, the {path} execution (the burst runs between the other "
+                        f"paths): {e}")
+
+
 @pytest.mark.req("BURST-2")
 def test_burst_slot_ids_are_64_bit(driver):
     """Slot ids are 64-bit: 2**32 and 2**32 + 1 are slots of their own, not slots 0 and 1

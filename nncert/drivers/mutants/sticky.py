@@ -5,9 +5,11 @@ that gives each prepared model one execution, or one form of execution, cannot s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from nncert.drivers.base import Deadline
+from nncert.drivers.base import Burst, Deadline
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import OutputShape, Request, Timing
@@ -84,8 +86,51 @@ class InsufficientResultsKept(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstResetByOtherPaths(MutantDriver):
+    """An execution of the prepared model off its bursts (sync, async, fenced) resets the
+    device context the bursts hold: the next run of each burst after it fails with
+    GENERAL_FAILURE (once; the burst then rebuilds its context)."""
+
+    name = "burst_reset_by_other_paths"
+
+    class ResettableBurst(Burst):
+        def __init__(self, prepared: BurstResetByOtherPaths.Prepared) -> None:
+            super().__init__(prepared)
+            self.context = prepared.context
+
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            prepared = self.prepared
+            if self.context != prepared.context:
+                self.context = prepared.context
+                raise HalError(ErrorStatus.GENERAL_FAILURE, "the burst's device context was reset")
+            prepared.in_burst = True
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            finally:
+                prepared.in_burst = False
+
+    class Prepared(MutantPreparedModel):
+        context = 0  # counts the executions off the bursts
+        in_burst = False
+
+        def configure_execution_burst(self) -> Burst:
+            return BurstResetByOtherPaths.ResettableBurst(self)
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if not self.in_burst:
+                self.context += 1
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
+    MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
 )
