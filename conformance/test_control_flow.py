@@ -16,7 +16,13 @@ import pytest
 from nncert.hal.builder import build_request, read_outputs
 from nncert.hal.errors import HalError
 from nncert.hal.model import DataLocation, Model, Operand, Operation
-from nncert.hal.types import LOOP_TIMEOUT_DEFAULT_NS, ErrorStatus, OperandType, OperationType
+from nncert.hal.types import (
+    LOOP_TIMEOUT_DEFAULT_NS,
+    LOOP_TIMEOUT_MAXIMUM_NS,
+    ErrorStatus,
+    OperandType,
+    OperationType,
+)
 from nncert.testing.control_flow_models import (
     counting_feeds,
     counting_while_golden,
@@ -296,4 +302,20 @@ def test_a_loop_timeout_binds_only_its_own_execution(driver):
         except HalError as e:
             pytest.fail(f"EXE-9: a {path} run of a three-turn WHILE with the default loop timeout, "
                         f"after runs with a loop timeout of 0, failed: {e}")
+        check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)
+
+
+@pytest.mark.req("EXE-9", "VAL-1")
+def test_the_maximum_loop_timeout_is_valid(driver):
+    """LOOP_TIMEOUT_MAXIMUM_NS itself is a valid loop timeout: a three-turn WHILE runs under it
+    on every path (a driver that bounds it with >= where > is meant rejects it)."""
+    model = counting_while_model()
+    prepared = prepare_or_skip(driver, model)
+    for path in (*PATHS, *FAST_PATHS):
+        request = build_request(model, counting_feeds(100, 0, 3))
+        try:
+            execute(prepared, request, path, loop_timeout=LOOP_TIMEOUT_MAXIMUM_NS)
+        except HalError as e:
+            pytest.fail(f"EXE-9: a {path} run of a three-turn WHILE with the maximum loop timeout "
+                        f"({LOOP_TIMEOUT_MAXIMUM_NS} ns) failed: {e}")
         check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)

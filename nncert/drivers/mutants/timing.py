@@ -13,7 +13,14 @@ from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, Prepar
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import Model, OutputShape, Request, Timing
-from nncert.hal.types import NO_TIMING, ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.hal.types import (
+    LOOP_TIMEOUT_MAXIMUM_NS,
+    NO_TIMING,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    Priority,
+)
 from nncert.ops.interpreter import current_budget, execution_budget, loop_timeout_of
 
 
@@ -218,6 +225,23 @@ class ZeroLoopTimeoutUnset(MutantDriver):
     prepared_class = Prepared
 
 
+class MaximumLoopTimeoutRefused(MutantDriver):
+    """Bounds the loop timeout with >= where > is meant: LOOP_TIMEOUT_MAXIMUM_NS itself, a valid
+    loop timeout, is refused with INVALID_ARGUMENT (EXE-9)."""
+
+    name = "maximum_loop_timeout_refused"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if loop_timeout is not None and loop_timeout >= LOOP_TIMEOUT_MAXIMUM_NS:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"loop timeout {loop_timeout} ns is too long")
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class NegativeLoopTimeoutUnset(MutantDriver):
     """Takes a negative loop timeout for "not given" (the AIDL sentinel -1 stretched to every
     negative value) and runs with the default, where it must refuse it (VAL-1, EXE-9)."""
@@ -246,6 +270,7 @@ MUTANT_INFO = (
                args=("-k", "stops_at_the_loop_timeout and fenced-no-wait")),
     MutantInfo(ZeroLoopTimeoutUnset, "EXE-9", suite="test_control_flow.py",
                args=("-k", "zero_loop and burst")),
+    MutantInfo(MaximumLoopTimeoutRefused, "EXE-9", suite="test_control_flow.py", args=("-k", "maximum_loop")),
     MutantInfo(NegativeLoopTimeoutUnset, "VAL-1", suite="test_control_flow.py",
                args=("-k", "negative_loop_timeout")),
     MutantInfo(KeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
