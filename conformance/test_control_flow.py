@@ -286,19 +286,29 @@ def test_endless_while_stops_at_the_default_loop_timeout(driver):
 def test_a_loop_timeout_binds_only_its_own_execution(driver):
     """A loop timeout belongs to the execution it was given to: after one prepared model has
     stopped a long WHILE at a loop timeout of 0 on every path, its three-turn WHILE without a
-    loop timeout (the default, 2 s) must still finish, on every path (a driver that keeps the
-    last loop timeout it saw stops every later loop at once). How the stopped runs ended is
-    test_endless_while_stops_at_a_zero_loop_timeout's to judge, not this test's."""
+    loop timeout (the default, 2 s) must still finish, on every path and on one burst run both
+    times (a driver, or a burst, that keeps the last loop timeout it saw stops every later loop
+    at once). How the stopped runs ended is test_endless_while_stops_at_a_zero_loop_timeout's
+    to judge, not this test's."""
     model = counting_while_model()
     prepared = prepare_or_skip(driver, model)
-    paths = (*PATHS, *FAST_PATHS)
+    burst = prepared.configure_execution_burst()  # "one-burst": the same burst both times
+
+    def run(path, request, loop_timeout=None):
+        if path == "one-burst":  # new memories, so new slots: 0.. the first time, then the next ones
+            first = 0 if loop_timeout is not None else len(request.pools)
+            return burst.execute(request, list(range(first, first + len(request.pools))),
+                                 loop_timeout=loop_timeout)
+        return execute(prepared, request, path, loop_timeout=loop_timeout)
+
+    paths = (*PATHS, *FAST_PATHS, "one-burst")
     for path in paths:
         request = build_request(model, counting_feeds(0, 0, 2**31 - 1))
-        status_of(lambda path=path, request=request: execute(prepared, request, path, loop_timeout=0))
+        status_of(lambda path=path, request=request: run(path, request, loop_timeout=0))
     for path in paths:
         request = build_request(model, counting_feeds(100, 0, 3))
         try:
-            execute(prepared, request, path)
+            run(path, request)
         except HalError as e:
             pytest.fail(f"EXE-9: a {path} run of a three-turn WHILE with the default loop timeout, "
                         f"after runs with a loop timeout of 0, failed: {e}")

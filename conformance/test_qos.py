@@ -191,18 +191,28 @@ PASSING_DEADLINE_NS = 300_000_000
 def test_a_deadline_binds_only_its_own_execution(driver):
     """A deadline belongs to the execution it was given to: once one prepared model has run
     with a deadline on every path and that deadline has passed, its runs without a deadline
-    must still succeed, on every path (a driver that keeps the last deadline it saw misses
-    every later execution). Whether the runs with the deadline met it is not judged here."""
+    must still succeed, on every path and on one burst run both times (a driver, or a burst,
+    that keeps the last deadline it saw misses every later execution). Whether the runs with
+    the deadline met it is not judged here."""
     model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()  # "one-burst": the same burst both times
     feeds = _feeds()
+
+    def run(path, request, deadline=None):
+        if path == "one-burst":  # new memories, so new slots: 0, 1 the first time, 2, 3 then
+            first = 0 if deadline is not None else len(request.pools)
+            return burst.execute(request, list(range(first, first + len(request.pools))), deadline=deadline)
+        return execute(prepared, request, path, deadline=deadline)
+
+    paths = (*DEADLINE_PATHS, "one-burst")
     deadline = time.monotonic_ns() + PASSING_DEADLINE_NS
-    for path in DEADLINE_PATHS:
-        status_of(lambda path=path: execute(prepared, build_request(model, feeds), path, deadline=deadline))
+    for path in paths:
+        status_of(lambda path=path: run(path, build_request(model, feeds), deadline))
     time.sleep(max(0.0, (deadline - time.monotonic_ns()) / 1e9) + 0.01)
-    for path in DEADLINE_PATHS:
+    for path in paths:
         request = build_request(model, feeds)
-        status = status_of(lambda path=path, request=request: execute(prepared, request, path))
+        status = status_of(lambda path=path, request=request: run(path, request))
         assert status is ErrorStatus.NONE, \
             f"EXE-10: a {path} execution without a deadline, after runs with a deadline that has " \
             f"since passed, gave {status.name}"

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Burst, Deadline
+from nncert.drivers.base import Burst, Deadline, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import OutputShape, Request, Timing
@@ -128,8 +128,64 @@ class BurstResetByOtherPaths(MutantDriver):
     prepared_class = Prepared
 
 
+class _KeepingBurst(Burst):
+    """A burst that keeps the deadline and loop timeout last given to it (``keeps`` names which)
+    for its later executions that give none."""
+
+    keeps: tuple[str, ...] = ()
+
+    def __init__(self, prepared: PreparedModel) -> None:
+        super().__init__(prepared)
+        self.kept: dict[str, int] = {}
+
+    def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                deadline: Deadline = None,
+                loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        given = {"deadline": deadline, "loop_timeout": loop_timeout}
+        for name in self.keeps:
+            if given[name] is None:
+                given[name] = self.kept.get(name)
+            else:
+                self.kept[name] = given[name]
+        return super().execute(request, slots, measure, given["deadline"], given["loop_timeout"])
+
+
+class _KeepingBurstPrepared(MutantPreparedModel):
+    keeps: tuple[str, ...] = ()
+
+    def configure_execution_burst(self) -> Burst:
+        burst = _KeepingBurst(self)
+        burst.keeps = self.keeps
+        return burst
+
+
+class BurstDeadlineKept(MutantDriver):
+    """A burst keeps the last deadline given to it for its later executions that give none
+    (each burst's first execution, and every other path, is right)."""
+
+    name = "burst_deadline_kept"
+
+    class Prepared(_KeepingBurstPrepared):
+        keeps = ("deadline",)
+
+    prepared_class = Prepared
+
+
+class BurstLoopTimeoutKept(MutantDriver):
+    """A burst keeps the last loop timeout given to it for its later executions that give none."""
+
+    name = "burst_loop_timeout_kept"
+
+    class Prepared(_KeepingBurstPrepared):
+        keeps = ("loop_timeout",)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
+    MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
+    MutantInfo(BurstLoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
