@@ -243,13 +243,13 @@ def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
 
 
 @pytest.mark.req("EXE-5")
-@pytest.mark.parametrize("path", SHAPE_PATHS)
+@pytest.mark.parametrize("path", [*SHAPE_PATHS, "one-burst"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["known", "unknown"])
 def test_retry_after_insufficient_size_runs_its_own_request(driver, dynamic, path):
     """The client's retry after OUTPUT_INSUFFICIENT_SIZE, on the same prepared model with
     buffers of the reported sizes, is a request of its own: here with other inputs, it must
     give their results and shapes (a driver that keeps the results of the run that failed for
-    its retry writes those)."""
+    its retry writes those). "one-burst": the failed run and the retry on the same burst."""
     b = ModelBuilder()
     dims = (3, 5)
     x, y = b.operand(T.TENSOR_FLOAT32, dims), b.operand(T.TENSOR_FLOAT32, dims)
@@ -257,14 +257,25 @@ def test_retry_after_insufficient_size_runs_its_own_request(driver, dynamic, pat
     b.operation(OperationType.ADD, [x, y, b.constant(T.INT32, 0)], [out])
     model = b.build([x, y], [out])
     prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst() if path == "one-burst" else None
+    slots = iter(range(100))
+
+    def run(request):
+        if burst is None:
+            return execute(prepared, request, path)
+        return burst.execute(request, [next(slots) for _ in request.pools])  # new memories, new slots
+
     rng = np.random.default_rng(11)
     first, retry = ([rng.uniform(-2, 2, dims).astype(np.float32) for _ in range(2)] for _ in range(2))
     with pytest.raises(HalError) as info:
-        execute(prepared, build_request(model, first, [dims], output_shrink={0: 4}), path)
+        run(build_request(model, first, [dims], output_shrink={0: 4}))
     assert info.value.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
         f"EXE-5: an output one element short gave {info.value.status.name}"
     request = build_request(model, retry, [dims])
-    shapes, _ = execute(prepared, request, path)
+    try:
+        shapes, _ = run(request)
+    except HalError as e:
+        pytest.fail(f"EXE-5: the {path} retry with sufficient buffers failed: {e}")
     assert tuple(shapes[0].dimensions) == dims and shapes[0].is_sufficient, \
         f"EXE-5: the {path} retry reported output shape {shapes[0]}, expected {list(dims)}"
     check_outputs([retry[0] + retry[1]], read_outputs(model, request, [dims]), model)

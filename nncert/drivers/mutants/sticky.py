@@ -182,10 +182,40 @@ class BurstLoopTimeoutKept(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstReplaysInsufficient(MutantDriver):
+    """After OUTPUT_INSUFFICIENT_SIZE on a burst, the burst's result queue replays that failure
+    (status and shapes) as the answer to its next execution, the client's retry."""
+
+    name = "burst_replays_insufficient"
+
+    class ReplayingBurst(Burst):
+        replay: HalError | None = None
+
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if self.replay is not None:
+                failure, self.replay = self.replay, None
+                raise failure
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            except HalError as e:
+                if e.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    self.replay = e
+                raise
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstReplaysInsufficient.ReplayingBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstLoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
+    MutantInfo(BurstReplaysInsufficient, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
