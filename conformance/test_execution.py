@@ -365,7 +365,7 @@ def test_fenced_execution_misses_its_deadline_waiting_for_a_fence(driver):
     """Three wait-for fences, the middle one never signalled before the deadline: the
     execution gives up with MISSED_DEADLINE_* (never a hang), signals its fence, reports no
     timing (a failed run, EXE-7), has not written its outputs, and does not run later when the
-    fence is signalled after all."""
+    fence is signalled after all; the prepared model's next fenced execution then runs."""
     model = _add_chain((2, 3), (2, 3))
     prepared = prepare_or_skip(driver, model)
     hal_request = build_request(model, [np.ones((2, 3), np.float32)] * 2)
@@ -388,6 +388,14 @@ def test_fenced_execution_misses_its_deadline_waiting_for_a_fence(driver):
     time.sleep(HOLD_S)
     assert _outputs_untouched(hal_request), \
         "EXE-1: a fenced execution ran once its fence was signalled, after it had failed"
+    # The miss belongs to that execution: the prepared model's next fenced one runs.
+    x, y = np.full((2, 3), 0.5, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    again = build_request(model, [x, y])
+    info = run_fenced(prepared, again, [SyncFence.signalled()])
+    assert info.status is ErrorStatus.NONE, \
+        f"EXE-10: the next fenced execution of a prepared model whose last one missed its deadline " \
+        f"gave {info.status.name}"
+    check_outputs([_add_chain_golden(x, y)], read_outputs(model, again, [(2, 3)]), model)
 
 
 @pytest.mark.req("EXE-1", "EXE-10")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Burst, Deadline, PreparedModel
+from nncert.drivers.base import Burst, Deadline, FencedExecutionInfo, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import OutputShape, Request, Timing
@@ -211,11 +211,37 @@ class BurstReplaysInsufficient(MutantDriver):
     prepared_class = Prepared
 
 
+class FenceQueueStalledAfterMiss(MutantDriver):
+    """After a fenced execution misses its deadline waiting for a fence, the prepared model's
+    fence queue stays stalled: its next fenced execution with fences to wait for reports
+    MISSED_DEADLINE_TRANSIENT too (once)."""
+
+    name = "fence_queue_stalled_after_miss"
+
+    class Prepared(MutantPreparedModel):
+        stalled = False
+
+        def _fenced_run(self, request: Request, wait_for: Sequence[SyncFence], measure: MeasureTiming,
+                        deadline: Deadline, loop_timeout: int | None, start: int) -> FencedExecutionInfo:
+            if self.stalled and wait_for:
+                self.stalled = False
+                return FencedExecutionInfo(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                           message="the fence queue is stalled")
+            info = super()._fenced_run(request, wait_for, measure, deadline, loop_timeout, start)
+            if info.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+                self.stalled = True
+            return info
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstLoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
     MutantInfo(BurstReplaysInsufficient, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
+    MutantInfo(FenceQueueStalledAfterMiss, "EXE-10", suite="test_execution.py",
+               args=("-k", "misses_its_deadline_waiting")),
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
