@@ -253,7 +253,8 @@ def test_save_and_retrieve(caching_driver, tmp_path, kind):
 def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
     """A model prepared from cache is a prepared model like any other: it runs on every path
     (sync, async, fenced, burst), gives what the compiled model gives with no timing unless
-    asked (EXE-7), and misses an execution deadline already past on each (EXE-10)."""
+    asked (EXE-7), and misses an execution deadline already past on each (EXE-10); and the same
+    files prepare it a second time (CACHE-1)."""
     model = MODELS["float"]()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
@@ -275,6 +276,15 @@ def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
         status = status_of(lambda p=path, r=late: execute(cached, r, p, deadline=time.monotonic_ns() - 10**9))
         _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
                  f"a {path} execution from cache with a deadline 1 s in the past", "EXE-10")
+    # A cache hit is a hit every time (each start of an app): the same files prepare again.
+    status, again = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, \
+        f"CACHE-1: a second prepare_model_from_cache from the same files gave {status.name}"
+    request = build_request(model, _feeds(model))
+    execute(again, request, "sync")
+    actual = read_outputs(model, request, [c.shape for c in compiled])
+    assert all(np.array_equal(a, b) for a, b in zip(compiled, actual, strict=True)), \
+        "EXE-3: the model prepared from cache a second time differs from the compiled model"
 
 
 @pytest.mark.req("CACHE-1", "EXE-6")

@@ -347,6 +347,32 @@ class CachedModelAlwaysTimed(MutantDriver):
         return self.ProfiledPrepared(super().import_compiled(model_cache, data_cache).model, self)
 
 
+class CacheLoadsOnce(MutantDriver):
+    """A cache is consumed by the first prepare_model_from_cache that reads it (the driver
+    "moves" it into the device): preparing again from the same files, not written since,
+    fails with GENERAL_FAILURE, so only the first start of an app gets a cache hit."""
+
+    name = "cache_loads_once"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.consumed: set[tuple] = set()
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        try:
+            key = tuple((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+                        for st in map(os.fstat, (*model_cache, *data_cache)))
+        except (OSError, TypeError):
+            key = None
+        if key is not None and key in self.consumed:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the cache was already loaded into the device")
+        prepared = super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
+        if key is not None:
+            self.consumed.add(key)
+        return prepared
+
+
 MUTANT_INFO = (
     MutantInfo(TrustsCache, "CACHE-4", suite="test_caching.py"),
     MutantInfo(HashesFile, "CACHE-5", suite="test_caching.py"),
@@ -365,4 +391,5 @@ MUTANT_INFO = (
     MutantInfo(CachedModelAlwaysTimed, "EXE-7", suite="test_caching.py", args=("-k", "every_path")),
     MutantInfo(CachedDimensionsAsOne, "CACHE-1", suite="test_caching.py", args=("-k", "unknown_dimensions")),
     MutantInfo(CacheWithoutSubgraphs, "CACHE-1", suite="test_caching.py", args=("-k", "control_flow")),
+    MutantInfo(CacheLoadsOnce, "CACHE-1", suite="test_caching.py", args=("-k", "every_path")),
 )
