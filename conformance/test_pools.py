@@ -157,6 +157,30 @@ def test_arguments_follow_the_listed_order(driver, path):
                   f"{path} execution, inputs listed (y, x), outputs (out1, out0)")
 
 
+@pytest.mark.req("MEM-2", "EXE-2")
+@pytest.mark.parametrize("path", PATHS)
+def test_a_memory_listed_twice_in_the_pools(driver, path):
+    """The packed request with its one memory listed twice in its pools (nothing says a
+    request's pools are distinct memories), the arguments spread over both entries: every
+    argument still lies at its offset of that one memory (a driver that maps each memory once
+    and gives a repeated one a private copy loses the outputs placed through it)."""
+    name = "float32"
+    model = _two_output_model(name)
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds(name, 6)
+    packed, guards = _packed_request(model, feeds)
+
+    def spread(args, first):
+        return [RequestArgument(a.has_no_value, DataLocation((first + n) % 2, a.location.offset,
+                                                             a.location.length), a.dimensions)
+                for n, a in enumerate(args)]
+
+    pool = packed.pools[0]
+    request = Request(spread(packed.inputs, 0), spread(packed.outputs, 1), [pool, pool])
+    execute(prepared, request, path)
+    _check_packed(model, request, guards, feeds, f"{path} execution, one memory listed twice in the pools")
+
+
 # -- constants (MEM-1, MEM-3) ------------------------------------------------------------------
 
 CONST_DIMS = (4, 9)  # 144 float32 bytes: more than CONSTANT_COPY takes

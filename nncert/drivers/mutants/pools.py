@@ -192,6 +192,31 @@ class MmapFdAtFileStart(MutantDriver):
 __all__ = ["ConstantsAtPoolStart", "InputsAtPoolStart", "MmapFdAtFileStart", "PaddedRows"]
 
 
+class RepeatedPoolCopied(MutantDriver):
+    """Maps each distinct memory of a request once: a pool that lists a memory already listed
+    gets a private copy, so inputs read through it are right but outputs written through it
+    never reach the caller (MEM-2)."""
+
+    name = "repeated_pool_copied"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: int | None = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            seen: set[int] = set()
+            pools = []
+            for pool in request.pools:
+                if isinstance(pool, Memory) and id(pool) in seen:
+                    pool = Memory.from_bytes(bytes(pool.view()))
+                elif isinstance(pool, Memory):
+                    seen.add(id(pool))
+                pools.append(pool)
+            return super().execute_synchronously(Request(request.inputs, request.outputs, pools), measure,
+                                                 deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(PaddedRows, "EXE-2", suite="test_pools.py", args=("-k", "row_major")),
     MutantInfo(ConstantsAtPoolStart, "MEM-1", suite="test_pools.py", args=("-k", "constants")),
@@ -201,4 +226,5 @@ MUTANT_INFO = (
     MutantInfo(UnaryInPlace, "MEM-2", suite="test_operations.py",
                args=("-k", "TANH-float32-s0 and not relaxed and not dynamic")),
     MutantInfo(MmapFdAtFileStart, "MEM-3", suite="test_pools.py", args=("-k", "mmap_fd and not burst")),
+    MutantInfo(RepeatedPoolCopied, "MEM-2", suite="test_pools.py", args=("-k", "listed_twice")),
 )
