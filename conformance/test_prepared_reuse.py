@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,10 +251,10 @@ MUL = Workload(_mul_model, _mul_job, None, ("DRV-4",))
 
 
 def _from_threads(driver, request, kind: str, threads: int, rounds: int,
-                  other: Workload | None = None) -> None:
+                  other: Workload | None = None, paths: Sequence[str] = PATHS) -> None:
     """``threads`` threads run ``rounds`` requests each on one prepared model (with ``other``:
     every other thread on a prepared model of ``other``), all starting each round together,
-    each on another path and with other data; every answer is checked."""
+    each on another of ``paths`` and with other data; every answer is checked."""
     model, prepared = _prepared(driver, kind)
     setups = [(model, prepared, WORKLOADS[kind])]
     if other is not None:
@@ -269,7 +269,7 @@ def _from_threads(driver, request, kind: str, threads: int, rounds: int,
         try:
             for i in range(rounds):
                 job = work.job(rng, i + t)  # the threads' requests differ in every round
-                path = PATHS[(i + t) % len(PATHS)]
+                path = paths[(i + t) % len(paths)]
                 start.wait(hang_timeout())
                 _run(prepared, model, work, job, path, "DRV-4", f"thread {t}, request {i} ({path})")
         except threading.BrokenBarrierError:
@@ -296,6 +296,16 @@ def _from_threads(driver, request, kind: str, threads: int, rounds: int,
 def test_one_prepared_model_from_several_threads(driver, request, kind):
     """Four threads, four requests each, on one prepared model (DRV-4)."""
     _from_threads(driver, request, kind, threads=4, rounds=4)
+
+
+@pytest.mark.req("DRV-4", "EXE-3")
+@pytest.mark.parametrize("path", PATHS)
+def test_one_prepared_model_on_one_path_from_several_threads(driver, request, path):
+    """Four threads, three requests each, on one prepared model and all on one path: so two
+    bursts, two fenced executions, two asynchronous ones run at once, not only one of each
+    (a driver whose bursts, or fenced workers, share one staging area per prepared model mixes
+    their inputs)."""
+    _from_threads(driver, request, "add", threads=4, rounds=3, paths=(path,))
 
 
 @pytest.mark.req("DRV-4")

@@ -5,11 +5,13 @@ prepares a model, runs it once and checks the answer cannot see them."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Deadline
+from nncert.drivers.base import Burst, Deadline, FencedExecutionInfo, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.model import Model, Operation, OutputShape, Request, Timing
 from nncert.hal.types import MeasureTiming, OperationType
@@ -167,6 +169,72 @@ class SharedStaging(MutantDriver):
     prepared_class = Prepared
 
 
+class _StagedOnOnePath(MutantPreparedModel):
+    """SharedStaging's fault, on the executions that come through ``path`` only (a thread
+    running one marks itself in ``running``): executions on the other paths stage nothing."""
+
+    path = ""
+    running = threading.local()
+
+    def __init__(self, model, driver) -> None:
+        super().__init__(model, driver)
+        self.staging: list[np.ndarray | None] = []
+
+    def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        if getattr(self.running, "path", "") != self.path:
+            return super().compute(inputs)
+        self.staging[:] = [None if x is None else np.array(x, copy=True) for x in inputs]
+        time.sleep(STAGING_S)
+        return super().compute(list(self.staging))
+
+
+class _MarkingBurst(Burst):
+    def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                deadline: Deadline = None,
+                loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+        _StagedOnOnePath.running.path = "burst"
+        try:
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+        finally:
+            _StagedOnOnePath.running.path = ""
+
+
+class BurstSharedStaging(MutantDriver):
+    """The bursts of a prepared model share one staging buffer of the prepared model, unlocked:
+    two bursts running at once read each other's inputs. One burst at a time, or one beside
+    executions on the other paths, is right (DRV-4)."""
+
+    name = "burst_shared_staging"
+
+    class Prepared(_StagedOnOnePath):
+        path = "burst"
+
+        def configure_execution_burst(self) -> Burst:
+            return _MarkingBurst(self)
+
+    prepared_class = Prepared
+
+
+class FencedSharedStaging(MutantDriver):
+    """The fenced executions of a prepared model share one staging buffer of the prepared
+    model, unlocked: two fenced executions released at once read each other's inputs (DRV-4)."""
+
+    name = "fenced_shared_staging"
+
+    class Prepared(_StagedOnOnePath):
+        path = "fenced"
+
+        def _fenced_run(self, request: Request, wait_for: Sequence[SyncFence], measure: MeasureTiming,
+                        deadline: Deadline, loop_timeout: int | None, start: int) -> FencedExecutionInfo:
+            self.running.path = "fenced"
+            try:
+                return super()._fenced_run(request, wait_for, measure, deadline, loop_timeout, start)
+            finally:
+                self.running.path = ""
+
+    prepared_class = Prepared
+
+
 class OneGraphSlot(MutantDriver):
     """The device holds the graph and weights of one prepared model at a time: an execution
     loads its own into the slot (a ``LOAD_S`` transfer), then runs whatever the slot holds, and
@@ -198,5 +266,9 @@ MUTANT_INFO = (
     MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
     MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "shape")),
     MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "threads or in_flight")),
+    MutantInfo(BurstSharedStaging, "DRV-4", suite="test_prepared_reuse.py",
+               args=("-k", "one_path and burst")),
+    MutantInfo(FencedSharedStaging, "DRV-4", suite="test_prepared_reuse.py",
+               args=("-k", "one_path and fenced")),
     MutantInfo(OneGraphSlot, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "two_prepared_models")),
 )
