@@ -217,3 +217,30 @@ def test_a_deadline_binds_only_its_own_execution(driver):
             f"EXE-10: a {path} execution without a deadline, after runs with a deadline that has " \
             f"since passed, gave {status.name}"
         check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)
+
+
+@pytest.mark.req("EXE-10")
+def test_a_preparation_deadline_does_not_bind_executions(driver):
+    """The deadline of prepare_model bounds the preparation, not the prepared model's
+    executions: once it has passed, the model runs without a deadline on every path (a
+    driver that keeps it as the default execution deadline misses every later execution).
+    Should the preparation itself miss a 300 ms deadline on a loaded machine, it is tried
+    again with a longer one."""
+    model = add_model(DIMS)
+    if declined(driver, model):
+        decline(declined(driver, model))
+    for budget_ns in (PASSING_DEADLINE_NS, 10 * PASSING_DEADLINE_NS):
+        deadline = time.monotonic_ns() + budget_ns
+        status, prepared = _prepare(driver, model, deadline=deadline)
+        if status is ErrorStatus.NONE:
+            break
+    assert status is ErrorStatus.NONE, f"EXE-10: prepare_model with a deadline 3 s away gave {status.name}"
+    time.sleep(max(0.0, (deadline - time.monotonic_ns()) / 1e9) + 0.01)
+    feeds = _feeds()
+    for path in DEADLINE_PATHS:
+        request = build_request(model, feeds)
+        status = status_of(lambda path=path, request=request: execute(prepared, request, path))
+        assert status is ErrorStatus.NONE, \
+            f"EXE-10: a {path} execution without a deadline, of a model prepared under a deadline " \
+            f"that has since passed, gave {status.name}"
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)

@@ -12,8 +12,8 @@ import numpy as np
 from nncert.drivers.base import Burst, Deadline, FencedExecutionInfo, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
-from nncert.hal.model import OutputShape, Request, Timing
-from nncert.hal.types import ErrorStatus, MeasureTiming
+from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
 
 class DeadlineKept(MutantDriver):
@@ -235,6 +235,35 @@ class FenceQueueStalledAfterMiss(MutantDriver):
     prepared_class = Prepared
 
 
+class PreparationDeadlineKept(MutantDriver):
+    """A model prepared under a deadline keeps that deadline as the default of its executions:
+    once it has passed, every execution that gives no deadline of its own misses it."""
+
+    name = "preparation_deadline_kept"
+
+    class Prepared(MutantPreparedModel):
+        preparation_deadline: Deadline = None
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if deadline is None:
+                deadline = self.preparation_deadline
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        prepared = super().prepare_model(model, preference, priority, deadline, model_cache, data_cache,
+                                         token)
+        prepared.preparation_deadline = deadline
+        return prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
@@ -242,6 +271,7 @@ MUTANT_INFO = (
     MutantInfo(BurstReplaysInsufficient, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(FenceQueueStalledAfterMiss, "EXE-10", suite="test_execution.py",
                args=("-k", "misses_its_deadline_waiting")),
+    MutantInfo(PreparationDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "preparation_deadline")),
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
