@@ -330,3 +330,26 @@ def test_cycle_of_three_adds_is_rejected(driver):
     model = b.build([x], [out])
     expect_invalid(lambda: driver.supported_operations(model), "supported_operations (cycle)")
     expect_invalid(lambda: driver.prepare_model(model), "prepare_model (cycle)")
+
+
+@pytest.mark.req("VAL-1")
+def test_operations_out_of_execution_order_are_rejected(driver):
+    """A model lists its operations in execution order (the VTS: an operation may not read an
+    operand before the operation that writes it): an ADD chain with a reader moved before its
+    writer, or a writer after its reader, is invalid, for supported_operations and for
+    prepare_model (a driver that sorts the operations itself accepts it). The operations of
+    the catalogue's single-operation models have no order to break, so the chain is here."""
+    b = ModelBuilder()
+    dims = (2, 2)
+    x = b.operand(T.TENSOR_FLOAT32, dims)
+    act = b.constant(T.INT32, 0)
+    a, c, out = (b.operand(T.TENSOR_FLOAT32, dims) for _ in range(3))
+    b.operation(OperationType.ADD, [x, x, act], [a])
+    b.operation(OperationType.ADD, [a, x, act], [c])
+    b.operation(OperationType.ADD, [c, a, act], [out])
+    model = b.build([x], [out])
+    mutations = list(model_mutations(model, "execution_order"))
+    assert mutations, "the chain must have operations to move"
+    for label, bad in mutations:
+        expect_invalid(lambda bad=bad: driver.supported_operations(bad), f"supported_operations ({label})")
+        expect_invalid(lambda bad=bad: driver.prepare_model(bad), f"prepare_model ({label})")

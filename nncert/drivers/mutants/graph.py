@@ -3,7 +3,8 @@ wrong where a model output is also read by another operation
 (conformance/test_operations.py::test_operation_output_consumed finds it: NNAPI lets an
 operation's output be a model output and another operation's input), one wrong where a
 referenced subgraph lists its inputs against the order of their operand indexes
-(conformance/test_control_flow.py finds it)."""
+(conformance/test_control_flow.py finds it), and one that sorts operations listed out of
+execution order where it must reject them (conformance/test_validation.py finds it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from nncert.drivers.base import PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.hal.model import Model
+from nncert.hal.types import OperandLifeTime
 
 
 class FusedOutputDropped(MutantDriver):
@@ -43,7 +45,51 @@ class SubgraphsInOperandOrder(MutantDriver):
         return prepared
 
 
+def _execution_order(model: Model) -> list[int]:
+    """The indexes of ``model``'s operations in an order that writes every operand before an
+    operation reads it (any left in a cycle go last, in their listed order)."""
+    sg = model.main
+    written = {i for i, o in enumerate(sg.operands)
+               if o.lifetime not in (OperandLifeTime.TEMPORARY_VARIABLE, OperandLifeTime.SUBGRAPH_OUTPUT)}
+    pending, order = list(range(len(sg.operations))), []
+    while pending:
+        ready = next((n for n in pending if all(i in written for i in sg.operations[n].inputs)), None)
+        if ready is None:
+            return order + pending
+        pending.remove(ready)
+        order.append(ready)
+        written.update(sg.operations[ready].outputs)
+    return order
+
+
+class SortsOperations(MutantDriver):
+    """Schedules the operations itself: a model that lists them out of execution order (an
+    operation reading an operand before the operation that writes it) is sorted and run,
+    where it must be rejected with INVALID_ARGUMENT (VAL-1)."""
+
+    name = "sorts_operations"
+
+    @staticmethod
+    def _sorted(model: Model) -> tuple[Model, list[int]]:
+        order = _execution_order(model)
+        copy = model.copy()
+        copy.main.operations[:] = [copy.main.operations[n] for n in order]
+        return copy, order
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        copy, order = self._sorted(model)
+        flags = super().supported_operations(copy)
+        listed = [False] * len(flags)
+        for position, n in enumerate(order):
+            listed[n] = flags[position]
+        return listed
+
+    def prepare_model(self, model: Model, *args, **kwargs) -> PreparedModel:
+        return super().prepare_model(self._sorted(model)[0], *args, **kwargs)
+
+
 MUTANT_INFO = (
     MutantInfo(FusedOutputDropped, "ACC-6", suite="test_operations.py", args=("-k", "output_consumed")),
     MutantInfo(SubgraphsInOperandOrder, "EXE-9", suite="test_control_flow.py", args=("-k", "listed_against")),
+    MutantInfo(SortsOperations, "VAL-1", suite="test_validation.py", args=("-k", "execution_order")),
 )
