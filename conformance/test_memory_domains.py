@@ -412,6 +412,32 @@ def test_copies_and_executions_see_each_other(domains, name, kind):
                     f"the copied contents")
 
 
+@pytest.mark.req("MEM-4", "MEM-5")
+@pytest.mark.parametrize("path", PATHS)
+def test_buffer_carries_a_result_from_one_prepared_model_to_another(domains, path):
+    """A buffer allocated for two prepared models of different models, an output of the first
+    and an input of the second (what memory domains are for: a result kept on the device
+    between two models): the second reads what the first wrote, on every path (a driver that
+    keeps a buffer's contents per prepared model gives the second nothing, or a stale copy)."""
+    name = "float32"
+    writer, reader_model = _prepare(domains, _relu_model(name)), _relu_model(name, pairs=2)
+    reader = _prepare(domains, reader_model)
+    buffer, token = domains.allocate(BufferDesc(), [writer, reader], [BufferRole(1, 0)], [BufferRole(0, 0)])
+    _initialise(buffer, name, _data(name, seed=20))  # a stale value for a wrong driver to find
+    x = _data(name, seed=21)
+    _expect(writer, _out_buffer(writer, token, name, x), path, OK, "the first model's output to a buffer",
+            "MEM-5")
+    result = _memory(_nbytes(name))
+    second = _data(name, seed=22)
+    request = Request([_device(2), _shared(1, _nbytes(name))],
+                      [_shared(0, _nbytes(name)), _shared(3, _nbytes(name))],
+                      [result, _memory(second), token, _memory(_nbytes(name))])
+    _expect(reader, request, path, OK, "the second model's input from that buffer", "MEM-5")
+    if not np.array_equal(_read(result, name), _relu(name, x)):
+        pytest.fail(f"MEM-5: on the {path} path, the second prepared model reading a buffer did not see "
+                    f"what the first one's execution wrote to it")
+
+
 @pytest.mark.req("MEM-5", "BURST-2")
 def test_burst_reads_each_copy_into_its_buffer(domains):
     """One burst, the same request each run, its input a buffer given new contents by

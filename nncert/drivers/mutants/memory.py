@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 
 from nncert.drivers.base import Burst, Deadline
-from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, lookup
+from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, _Snapshot, lookup
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.drivers.reference import ReferenceDriver
 from nncert.hal.errors import HalError
@@ -256,6 +257,53 @@ def _held(token):
         return None
 
 
+_RUNNING = threading.local()  # .model: the model of the execution running on this thread
+
+
+class _PerModelBuffer(DeviceBuffer):
+    """Keeps what each prepared model's executions write in that model's own device memory;
+    copy_from and copy_to use the host copy, which an execution's result also reaches."""
+
+    def _per_model(self) -> dict[int, _Snapshot]:
+        return self.__dict__.setdefault("per_model", {})
+
+    def store(self, data: bytes, shape: tuple[int, ...]) -> None:
+        model = getattr(_RUNNING, "model", None)
+        if model is None:  # copy_from: the host copy, and every model's copy is out of date
+            self._per_model().clear()
+            self.__dict__["copied"] = _Snapshot(data, shape)
+        else:
+            self._per_model()[id(model)] = _Snapshot(data, shape)
+        super().store(data, shape)
+
+    def snapshot(self) -> _Snapshot | None:
+        model = getattr(_RUNNING, "model", None)
+        if model is None or not self._per_model():
+            return super().snapshot()
+        return self._per_model().get(id(model), self.__dict__.get("copied"))
+
+
+class ContentsPerModel(MutantDriver):
+    """A buffer allocated for several prepared models keeps what each one's executions wrote
+    in that model's own device memory: another prepared model reading the buffer gets the last
+    copy_from (or nothing), not the other model's result. One prepared model is right (MEM-5)."""
+
+    name = "contents_per_model"
+    memory_domain = _BufferDomain(_PerModelBuffer)
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            _RUNNING.model = self.model
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            finally:
+                _RUNNING.model = None
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -270,4 +318,5 @@ MUTANT_INFO = (
                args=("-k", "against_the_buffers_contents")),
     MutantInfo(KeepsFailedOutputs, "MEM-4", suite="test_memory_domains.py",
                args=("-k", "execution_bad_dimensions")),
+    MutantInfo(ContentsPerModel, "MEM-5", suite="test_memory_domains.py", args=("-k", "carries_a_result")),
 )
