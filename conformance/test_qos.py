@@ -244,3 +244,32 @@ def test_a_preparation_deadline_does_not_bind_executions(driver):
             f"EXE-10: a {path} execution without a deadline, of a model prepared under a deadline " \
             f"that has since passed, gave {status.name}"
         check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)
+
+
+@pytest.mark.req("EXE-10")
+def test_a_missed_deadline_leaves_the_model_usable(driver):
+    """A miss is the missed execution's outcome alone: on every path, and on one burst, an
+    execution with a deadline already past is followed at once by one without a deadline on
+    the same path, which must succeed (a driver whose queue, or burst, stays "behind" after a
+    miss fails it). Whether the first was missed is test_execute_with_a_past_deadline_is_missed's
+    to judge."""
+    model = add_model(DIMS)
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    slots = iter(range(1000))
+    feeds = _feeds()
+
+    def run(path, request, deadline=None):
+        if path == "one-burst":  # new memories, so new slots each time
+            return burst.execute(request, [next(slots) for _ in request.pools], deadline=deadline)
+        return execute(prepared, request, path, deadline=deadline)
+
+    for path in (*DEADLINE_PATHS, "one-burst"):
+        past = time.monotonic_ns() - 1_000_000_000
+        status_of(lambda path=path, past=past: run(path, build_request(model, feeds), past))
+        request = build_request(model, feeds)
+        status = status_of(lambda path=path, request=request: run(path, request))
+        assert status is ErrorStatus.NONE, \
+            f"EXE-10: a {path} execution without a deadline, right after one with a deadline 1 s in " \
+            f"the past, gave {status.name}"
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [DIMS]), model)

@@ -264,6 +264,34 @@ class PreparationDeadlineKept(MutantDriver):
         return prepared
 
 
+_MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+
+
+class BehindAfterMiss(MutantDriver):
+    """After an execution misses its deadline, the prepared model's queue stays behind: its
+    next execution, whatever its deadline, fails with MISSED_DEADLINE_TRANSIENT too (once)."""
+
+    name = "behind_after_miss"
+
+    class Prepared(MutantPreparedModel):
+        behind = False
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if self.behind:
+                self.behind = False
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the queue is still behind")
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError as e:
+                if e.status in _MISSED and deadline is not None:
+                    self.behind = True
+                raise
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
@@ -272,6 +300,7 @@ MUTANT_INFO = (
     MutantInfo(FenceQueueStalledAfterMiss, "EXE-10", suite="test_execution.py",
                args=("-k", "misses_its_deadline_waiting")),
     MutantInfo(PreparationDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "preparation_deadline")),
+    MutantInfo(BehindAfterMiss, "EXE-10", suite="test_qos.py", args=("-k", "leaves_the_model")),
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
