@@ -125,10 +125,10 @@ def _cache_files(driver: Driver, directory) -> tuple[list[int], list[int]]:
 @pytest.mark.req("DRV-1")
 def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
     """A new instance is asked every query before any work, then again after each step of a
-    model's life: supported_operations, the first preparation, an execution on every path,
-    a preparation that writes the compilation cache and one from it (where the driver
-    caches), a buffer's allocation (where it has memory domains), and the release of every
-    prepared model and buffer. Every answer must stay the first one, and equal the session's
+    model's life: supported_operations, the first preparation, an execution on every path, a
+    burst kept alive, a preparation that writes the compilation cache and one from it (where
+    the driver caches), a buffer's allocation (where it has memory domains), and the release of
+    every prepared model and buffer. Every answer must stay the first one, and equal the session's
     driver's after all its work."""
     model = add_model()
     first = _queries(fresh_driver)
@@ -144,6 +144,11 @@ def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
         execute(prepared[0], request, path)
         check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [(2, 3)]), model)
         _same_queries(first, _queries(fresh_driver), f"after a {path} execution")
+    burst = prepared[0].configure_execution_burst()  # the device in its burst state (BURST-1)
+    request = build_request(model, feeds)
+    burst.execute(request, list(range(len(request.pools))))
+    _same_queries(first, _queries(fresh_driver), "while a burst is alive")
+    del burst
     if tuple(fresh_driver.number_of_cache_files_needed()) != (0, 0):
         token = secrets.token_bytes(32)
         model_fds, data_fds = _cache_files(fresh_driver, tmp_path)

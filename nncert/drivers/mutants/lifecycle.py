@@ -12,11 +12,12 @@ import collections
 import dataclasses
 import os
 import time
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Buffer, Deadline, ExecutionResult, PreparedModel
+from nncert.drivers.base import Buffer, Burst, Deadline, ExecutionResult, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import (
@@ -55,6 +56,34 @@ class LazyCapabilities(MutantDriver):
     def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
         self.measured = True
         return prepared
+
+
+class BurstStateCapabilities(MutantDriver):
+    """While a burst of one of its prepared models is alive (the device held in its
+    high-performance state, BURST-1), capabilities() reports TENSOR_FLOAT32 twice as fast
+    (0.5); before any burst and after the last one is released, the usual figures (DRV-1)."""
+
+    name = "burst_state_capabilities"
+
+    def __init__(self, **options: str) -> None:
+        super().__init__(**options)
+        self.bursts: weakref.WeakSet[Burst] = weakref.WeakSet()
+
+    def capabilities(self) -> Capabilities:
+        caps = super().capabilities()
+        if not self.bursts:
+            return caps
+        per_type = dict(caps.operand_performance)
+        per_type[OperandType.TENSOR_FLOAT32] = PerformanceInfo(0.5, 0.5)
+        return dataclasses.replace(caps, operand_performance=per_type)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            burst = super().configure_execution_burst()
+            self.driver.bursts.add(burst)
+            return burst
+
+    prepared_class = Prepared
 
 
 class KeepsPreparedModels(MutantDriver):
@@ -203,6 +232,7 @@ class LeaksFailedJobs(MutantDriver):
 
 MUTANT_INFO = (
     MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
+    MutantInfo(BurstStateCapabilities, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
     MutantInfo(UnmeasuredPower, "DRV-1", suite="test_lifecycle.py", args=("-k", "capabilities")),
     MutantInfo(KeepsPreparedModels, "DRV-5", suite="test_lifecycle.py"),
     MutantInfo(LeaksBufferDescriptor, "DRV-5", suite="test_lifecycle.py"),
