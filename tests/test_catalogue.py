@@ -314,3 +314,22 @@ def test_float_wide_edge_reaches_past_the_narrow_ranges():
             assert (np.asarray(data[0].value) < 0).all(), case.id
         if case.record.name in ("REDUCE_MIN", "ARGMIN"):
             assert (np.asarray(data[0].value) > 0).all(), case.id
+
+
+@pytest.mark.req("ACC-1")
+def test_count_past_255_edge_passes_8_bits():
+    """TILE's multiple, PAD's leading padding, SLICE's begin and TOPK_V2's returned index each
+    reach 256 or more in every count_past_255 case (the samplers' stay below 8)."""
+    cases = _cases_of("count_past_255")
+    assert {c.record.name for c in cases} == {"TILE", "PAD", "PAD_V2", "SLICE", "TOPK_V2"}
+    for case in cases:
+        ins = {ci.arg.name: np.asarray(ci.value) for ci in case.inputs if ci.value is not None}
+        name = case.record.name
+        if name == "TILE":
+            assert ins["multiples"].max() >= 256, case.id
+        elif name in ("PAD", "PAD_V2"):
+            assert ins["paddings"][:, 0].max() >= 256, case.id
+        elif name == "SLICE":
+            assert ins["begin"].max() >= 256, case.id
+        else:
+            assert np.asarray(case.expected[1]).max() >= 256, case.id

@@ -533,6 +533,17 @@ def float_wide(sign: str, types: tuple[T, ...] = (T.TENSOR_FLOAT32, T.TENSOR_FLO
 
 
 # ---------------------------------------------------------------------------------------
+# Counts past 8 bits (declared by the records)
+
+def past_255(doc: str, *, sample: Callable[[SampleContext], None] | None = None,
+             adjust: Callable[[SampleContext], None] | None = None, applies: Applies | None = None) -> Edge:
+    """A size, offset, count or index of 256..600 where the samplers' stay below 8 (TILE's
+    multiples, PAD's paddings, SLICE's begin, TOPK_V2's indices): a driver holding it in 8
+    bits wraps. Cheap: a few hundred elements."""
+    return Edge("count_past_255", "byte", doc, applies=applies, sample=sample, adjust=adjust)
+
+
+# ---------------------------------------------------------------------------------------
 # Length-1 axes (declared by the reductions and normalisations)
 
 

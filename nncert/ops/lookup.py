@@ -618,6 +618,18 @@ def _k_is_1(s: SampleContext) -> None:
     s.scalar("k", 1)
 
 
+def _wide_rows(s: SampleContext) -> None:
+    """Rows of 300..600 distinct integers (exact in every float type), k of 4..12, each row's
+    largest at an index past 255."""
+    rows, n = s.draw.int(1, 2), s.draw.int(300, 600)
+    x = np.argsort(s.draw.array((rows, n), 0.0, 1.0), axis=1) - n // 2
+    for r in range(rows):
+        top, at = int(np.argmax(x[r])), s.draw.int(256, n - 1)
+        x[r, top], x[r, at] = x[r, at], x[r, top]
+    s.tensor("input", (rows, n), value=x.astype(np.int32 if s.type("input") is _I32 else np.float64))
+    s.scalar("k", s.draw.int(4, 12))
+
+
 _TOPK_EDGES = (
     edges.Edge("ties", "selection", "rows of repeated values: equal values come out larger "
                "index first (NNAPI's rule)", sample=_ties_sample),
@@ -625,6 +637,9 @@ _TOPK_EDGES = (
                sample=_k_is_n),
     edges.Edge("k_is_1", "selection", "k = 1: the maximum of each row", sample=_k_is_1),
     edges.int32_wide("near"),
+    edges.past_255("rows of 300..600, the largest past index 255 (not quantised: 8 bits hold no "
+                   "300 distinct values)", sample=_wide_rows,
+                   applies=lambda record, sig, var_: not var_.primary.is_quant),
 )
 
 TOPK_V2 = OpRecord(

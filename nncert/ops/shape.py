@@ -318,12 +318,27 @@ def _pad_min_version(ctx: OpContext) -> Version:
     return ctx.match.version
 
 
+def _wide_padding(s: SampleContext) -> None:
+    """An input of 1..2 per dimension, one dimension padded by 256..300 before and 0..2
+    after, the others by 0..1."""
+    item, pads = s.inputs["input"], s.inputs["paddings"]
+    rank = len(item.dims)
+    item.dims = tuple(s.draw.int(1, 2) for _ in range(rank))
+    p = s.draw.integers((rank, 2), 0, 1)
+    axis = s.draw.int(0, rank - 1)
+    p[axis] = (s.draw.int(256, 300), s.draw.int(0, 2))
+    pads.value = p.astype(np.int32)
+
+
+_WIDE_PADDING = edges.past_255("one dimension padded by 256..300 elements before its data",
+                               adjust=_wide_padding)
+
 PAD = _copy_record(
     Op.PAD,
     Signature((Arg("input", ranks=_UP_TO_4), Arg("paddings", _I32, ranks=(2,))), _output()),
     _V11_TYPES, _pad_kernel, _pad_shape, _pad_sample,
     doc="the input surrounded by paddings[i] elements of logical zero before/after each dimension i",
-    min_version=_pad_min_version,
+    min_version=_pad_min_version, edges=(_WIDE_PADDING,),
 )
 
 PAD_V2 = _copy_record(
@@ -331,7 +346,7 @@ PAD_V2 = _copy_record(
     Signature((Arg("input", ranks=_UP_TO_4), Arg("paddings", _I32, ranks=(2,)),
                Arg("pad_value", _pad_value_type)), _output()),
     _vs({Version.V1_2: (_F16, _F32, _Q8), Version.V1_3: (_Q8S,)}),
-    _pad_kernel, _pad_shape, _pad_sample,
+    _pad_kernel, _pad_shape, _pad_sample, edges=(_WIDE_PADDING,),
     doc="the input surrounded by paddings[i] copies of pad_value before/after each dimension i",
 )
 
@@ -616,12 +631,28 @@ def _slice_sample(s: SampleContext) -> None:
     s.tensor("size", (rank,), value=np.array(size, np.int32), const=True)
 
 
+def _wide_begin(s: SampleContext) -> None:
+    """One dimension of 260..300 sliced from 256 or later, the others (1..2) whole."""
+    item = s.inputs["input"]
+    rank = len(item.dims)
+    axis = s.draw.int(0, rank - 1)
+    dims = [s.draw.int(1, 2) for _ in range(rank)]
+    dims[axis] = s.draw.int(260, 300)
+    begin, size = [0] * rank, [-1] * rank
+    begin[axis] = s.draw.int(256, dims[axis] - 1)
+    size[axis] = -1 if s.draw.bool() else s.draw.int(1, dims[axis] - begin[axis])
+    item.dims = tuple(dims)
+    s.inputs["begin"].value = np.array(begin, np.int32)
+    s.inputs["size"].value = np.array(size, np.int32)
+
+
 SLICE = _copy_record(
     Op.SLICE,
     Signature((Arg("input", ranks=_FROM_1), Arg("begin", _I32, ranks=(1,)),
                Arg("size", _I32, ranks=(1,))), _output(_FROM_1)),
     _V12_TYPES, _slice_kernel, lambda ctx: [tuple(n for _, n in _slice_bounds(ctx))], _slice_sample,
-    edges=(edges.int32_wide("any"),),
+    edges=(edges.int32_wide("any"),
+           edges.past_255("one dimension of 260..300 sliced from index 256 or later", adjust=_wide_begin)),
     doc="the block of size[i] elements from begin[i] along each dimension i (-1: to the end)",
 )
 
@@ -648,6 +679,16 @@ def _tile_sample(s: SampleContext) -> None:
     s.tensor("multiples", (rank,), value=np.array(mult, np.int32), const=True)
 
 
+def _wide_multiples(s: SampleContext) -> None:
+    """An input of 1..2 per dimension (rank 1..3), one multiple of 257..300, the others 1..2."""
+    rank = s.draw.int(1, 3)
+    dims = [s.draw.int(1, 2) for _ in range(rank)]
+    mult = [s.draw.int(1, 2) for _ in range(rank)]
+    mult[s.draw.int(0, rank - 1)] = s.draw.int(257, 300)
+    s.tensor("input", dims)
+    s.tensor("multiples", (rank,), value=np.array(mult, np.int32), const=True)
+
+
 TILE = _copy_record(
     Op.TILE,
     Signature((Arg("input", ranks=_FROM_1), Arg("multiples", _I32, ranks=(1,))), _output(_FROM_1)),
@@ -655,7 +696,7 @@ TILE = _copy_record(
     lambda ctx: [np.tile(ctx.value("input"), _multiples(ctx)[1])],
     lambda ctx: [tuple(d * m for d, m in zip(*_multiples(ctx), strict=True))],
     _tile_sample,
-    edges=(edges.int32_wide("any"),),
+    edges=(edges.int32_wide("any"), edges.past_255("one multiple of 257..300", sample=_wide_multiples)),
     doc="the input repeated multiples[i] times along each dimension i",
 )
 

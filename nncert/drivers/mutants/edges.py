@@ -832,6 +832,41 @@ class HalfRangeConstants(MutantDriver):
         return results
 
 
+class EightBitCounts(MutantDriver):
+    """A DMA engine whose descriptors hold sizes and offsets in 8 bits: TILE's multiples, PAD's
+    leading paddings and SLICE's begins wrap at 256, and TOPK_V2 returns its indices in a byte.
+    Every generated case stays far below (multiples of 3, paddings of 2, dimensions of 6)."""
+
+    name = "eight_bit_counts"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is Op.TOPK_V2:
+            return [results[0], (np.asarray(results[1]) & 0xFF).astype(np.int32)]
+        if op.type not in (Op.TILE, Op.PAD, Op.PAD_V2, Op.SLICE):
+            return results
+        raw = list(inputs)
+        v = np.asarray(raw[1])
+        if op.type in (Op.PAD, Op.PAD_V2):
+            v = v.copy()
+            v[:, 0] &= 0xFF
+            v[:, 1] += np.asarray(raw[1])[:, 0] - v[:, 0]  # the output keeps its size
+        else:
+            v = v & 0xFF
+        raw[1] = v.astype(np.asarray(raw[1]).dtype)
+        if op.type is Op.TILE:
+            got = np.tile(np.asarray(inputs[0]), tuple(int(m) for m in raw[1]))
+            out = np.zeros_like(np.asarray(results[0]))
+            out[tuple(slice(0, d) for d in got.shape)] = got
+            return [out]
+        try:
+            got = evaluate(get(op.type), operands, raw, outputs)
+        except ValueError:
+            return results
+        if any(np.shape(g) != np.shape(r) for g, r in zip(got, results, strict=True)):
+            return results
+        return got
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -898,4 +933,6 @@ MUTANT_INFO = (
                args=("-k", "edge_long_table and float and sync")),
     MutantInfo(HalfRangeConstants, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_float_wide and float32 and sync")),
+    MutantInfo(EightBitCounts, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_count_past_255 and float32 and sync")),
 )
