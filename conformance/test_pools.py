@@ -392,6 +392,35 @@ def test_burst_runs_between_other_executions_of_its_prepared_model(driver):
 
 
 @pytest.mark.req("BURST-2")
+def test_burst_keeps_the_slots_of_a_failed_execution(driver):
+    """The memories a burst execution brings are the burst's to cache whatever the execution's
+    outcome: after a run that fails with OUTPUT_INSUFFICIENT_SIZE, its slots are known (the
+    client releases them, and a later run may name them with their memories), so releasing
+    each succeeds and new memories on those slots then run (a burst that records slots only
+    for runs that succeed refuses the release as an unknown slot)."""
+    model = _binary_model(OperationType.ADD)
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(15)
+    x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    request = build_request(model, [x, y], output_shrink={0: 4})
+    slots = [7 + n for n in range(len(request.pools))]
+    with pytest.raises(HalError) as info:
+        burst.execute(request, slots)
+    assert info.value.status is ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
+        f"EXE-5: an output one element short gave {info.value.status.name}"
+    for slot in slots:
+        try:
+            burst.release_memory_resource(slot)
+        except HalError as e:
+            pytest.fail(f"BURST-2: releasing slot {slot}, brought by a burst execution that failed, "
+                        f"was refused: {e}")
+    request = build_request(model, [x, y])
+    burst.execute(request, slots)
+    check_outputs([x + y], read_outputs(model, request, [(2, 3)]), model)
+
+
+@pytest.mark.req("BURST-2")
 def test_burst_slot_ids_are_64_bit(driver):
     """Slot ids are 64-bit: 2**32 and 2**32 + 1 are slots of their own, not slots 0 and 1
     again (a driver that keeps them in 32 bits runs the second request on the first's

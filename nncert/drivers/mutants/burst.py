@@ -256,6 +256,32 @@ class BurstKeepsLastTiming(MutantDriver):
     prepared_class = Prepared
 
 
+class SlotsOfSuccessOnly(MutantDriver):
+    """A burst records the memories an execution brings only when that execution succeeds:
+    the slots of a failed run are forgotten, and the client's release of them is refused as
+    an unknown slot (BURST-2)."""
+
+    name = "slots_of_success_only"
+
+    class ForgettingBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            known = set(self.slots)
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            except HalError:
+                for slot in [s for s in self.slots if s not in known]:
+                    del self.slots[slot]
+                raise
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return SlotsOfSuccessOnly.ForgettingBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
@@ -266,4 +292,5 @@ MUTANT_INFO = (
     MutantInfo(SlotIds32Bit, "BURST-2", suite="test_pools.py", args=("-k", "64_bit")),
     MutantInfo(BurstHoldsModelWeakly, "BURST-1", suite="test_pools.py", args=("-k", "outlives")),
     MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
+    MutantInfo(SlotsOfSuccessOnly, "BURST-2", suite="test_pools.py", args=("-k", "slots_of_a_failed")),
 )
