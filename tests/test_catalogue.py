@@ -317,6 +317,24 @@ def test_float_wide_edge_reaches_past_the_narrow_ranges():
 
 
 @pytest.mark.req("ACC-1")
+def test_long_sequence_edge_passes_8_bits():
+    """Every long_sequence case runs 257..300 time steps (the axis time_major names), on all
+    four sequence operations, and its last steps' outputs are not all zero (the recurrence
+    still moves there, so steps a driver never wrote show)."""
+    cases = _cases_of("long_sequence")
+    assert {c.record.name for c in cases} == {"UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN",
+                                              "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM"}
+    lo, hi = edges.LONG_SEQUENCE
+    for case in cases:
+        ins = {ci.arg.name: ci for ci in case.inputs}
+        axis = 0 if int(np.asarray(ins["time_major"].value)) else 1
+        steps = ins["input"].operand.dimensions[axis]
+        assert 256 < lo <= steps <= hi, case.id
+        out = np.asarray(case.expected[0], np.float64)
+        assert np.abs(np.take(out, range(256, steps), axis=axis)).max() > 0, case.id
+
+
+@pytest.mark.req("ACC-1")
 def test_count_past_255_edge_passes_8_bits():
     """TILE's multiple, PAD's leading padding, SLICE's begin and TOPK_V2's returned index each
     reach 256 or more in every count_past_255 case (the samplers' stay below 8)."""

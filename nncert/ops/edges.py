@@ -535,6 +535,19 @@ def float_wide(sign: str, types: tuple[T, ...] = (T.TENSOR_FLOAT32, T.TENSOR_FLO
 # ---------------------------------------------------------------------------------------
 # Counts past 8 bits (declared by the records)
 
+#: ``long_sequence``'s time steps: past 256, so that a step counter held in 8 bits wraps.
+LONG_SEQUENCE = (257, 300)
+
+
+def long_sequence(sample: Callable[[SampleContext, int], None]) -> Edge:
+    """A sequence of 257..300 time steps (the samplers draw at most a few): a recurrent
+    kernel counting steps in 8 bits stops, or overwrites its first outputs, past step 255.
+    ``sample(s, steps)`` draws the record's case with that many."""
+    return Edge("long_sequence", "long", f"{LONG_SEQUENCE[0]}..{LONG_SEQUENCE[1]} time steps: past an "
+                "8-bit step counter",
+                sample=lambda s: sample(s, s.draw.int(*LONG_SEQUENCE)))
+
+
 def past_255(doc: str, *, sample: Callable[[SampleContext], None] | None = None,
              adjust: Callable[[SampleContext], None] | None = None, applies: Applies | None = None) -> Edge:
     """A size, offset, count or index of 256..600 where the samplers' stay below 8 (TILE's

@@ -727,9 +727,10 @@ def _force(s: SampleContext, edge: str) -> dict:
     return {}
 
 
-def _seq_sample(s: SampleContext, *, edge: str = "") -> None:
+def _seq_sample(s: SampleContext, *, edge: str = "", steps: int | None = None) -> None:
     d = s.draw
     time, batch, n_input = d.int(1, 3), d.int(1, 2), d.int(1, 4)
+    time = time if steps is None else steps
     major = d.bool()
 
     def draw() -> tuple:
@@ -762,9 +763,10 @@ def _forced(ch: CellChoice, force: dict, d) -> CellChoice:
     return ch
 
 
-def _bi_sample(s: SampleContext, *, edge: str = "") -> None:
+def _bi_sample(s: SampleContext, *, edge: str = "", steps: int | None = None) -> None:
     d = s.draw
     time, batch, n_input = d.int(1, 3), d.int(1, 2), d.int(1, 3)
+    time = time if steps is None else steps
     major = d.bool()
     link = d.choice(("none", "none", "cross", "parallel") if s.signature.name.endswith("states")
                     or s.variant.version >= Version.V1_3 else ("none", "none", "cross"))
@@ -833,13 +835,15 @@ RECORDS = [
                  "optional CIFG, peephole, projection, clipping, layer normalisation"),
     OpRecord(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, _UNI_SIGS, tuple(variants(Version.V1_2, _F32, _F16)),
              _uni_kernel, _uni_shape, _seq_sample, criterion="relaxed", check=_uni_check,
-             min_version=_states_min_version, edges=_edges(_seq_sample),
+             min_version=_states_min_version,
+             edges=(*_edges(_seq_sample), edges.long_sequence(lambda s, t: _seq_sample(s, steps=t))),
              state=_STATE, graphs=_RECURRENT_GRAPHS,
              doc="an LSTM over a sequence (time- or batch-major): the output of every step; the last "
                  "output and cell states too (signature states, HAL 1.3)"),
     OpRecord(Op.BIDIRECTIONAL_SEQUENCE_LSTM, _BI_SIGS, tuple(variants(Version.V1_2, _F32, _F16)),
              _bi_kernel, _bi_shape, _bi_sample, criterion="relaxed", check=_bi_check,
-             min_version=_bi_min_version, edges=_edges(_bi_sample),
+             min_version=_bi_min_version,
+             edges=(*_edges(_bi_sample), edges.long_sequence(lambda s, t: _bi_sample(s, steps=t))),
              state=tuple((f"{d}_{s}_state_in", f"{d}_{s}_state_out")
                          for d in ("fw", "bw") for s in ("activation", "cell")),
              graphs="61 inputs, most of them weights, and a recurrent state: " + _RECURRENT_GRAPHS,

@@ -513,7 +513,8 @@ RECORDS = [
              state=(("fw_hidden_state", "fw_hidden_state_out"), ("bw_hidden_state", "bw_hidden_state_out")),
              edges=(*_clamp_edges(_bidi_sample),
                     edges.Edge("one_step", "length_1", "a sequence of one time step",
-                               sample=lambda s: _bidi_sample(s, time=1))),
+                               sample=lambda s: _bidi_sample(s, time=1)),
+                    edges.long_sequence(lambda s, t: _bidi_sample(s, time=t))),
              doc="two RNN cells over a sequence, forwards and backwards in time, with optional "
                  "auxiliary input (cross- or parallel-linked) and merged or separate outputs"),
     OpRecord(Op.UNIDIRECTIONAL_SEQUENCE_RNN, _UNI, _SEQ_FLOATS, _uni_kernel, _uni_shape, _uni_sample,
@@ -521,7 +522,8 @@ RECORDS = [
              state=(("hidden_state", "hidden_state_out"),),
              edges=(*_clamp_edges(_uni_sample),
                     edges.Edge("one_step", "length_1", "a sequence of one time step",
-                               sample=lambda s: _uni_sample(s, time=1))),
+                               sample=lambda s: _uni_sample(s, time=1)),
+                    edges.long_sequence(lambda s, t: _uni_sample(s, time=t))),
              doc="basic RNN cell applied along a sequence: output[t] = state = act(input[t] x "
                  "weights^T + state x recurrent_weights^T + bias)"),
 ]

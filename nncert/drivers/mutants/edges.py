@@ -832,6 +832,29 @@ class HalfRangeConstants(MutantDriver):
         return results
 
 
+class EightBitSequenceSteps(MutantDriver):
+    """The sequence RNNs and LSTMs count time steps in an 8-bit register: the loop ends when it
+    wraps, so the outputs of steps 256 on are never written (zeros). The generated sequences
+    have a few steps."""
+
+    name = "eight_bit_sequence_steps"
+    _OPS = (Op.UNIDIRECTIONAL_SEQUENCE_RNN, Op.BIDIRECTIONAL_SEQUENCE_RNN,
+            Op.UNIDIRECTIONAL_SEQUENCE_LSTM, Op.BIDIRECTIONAL_SEQUENCE_LSTM)
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in self._OPS:
+            return results
+        axis = 0 if _Instance(op, operands, inputs, outputs).scalar("time_major") else 1
+        got = []
+        for out, r in zip(outputs, results, strict=True):
+            r = np.asarray(r)
+            if out.rank == 3 and r.shape[axis] > 256:
+                r = r.copy()
+                r[(slice(None),) * axis + (slice(256, None),)] = 0
+            got.append(r)
+        return got
+
+
 class EightBitCounts(MutantDriver):
     """A DMA engine whose descriptors hold sizes and offsets in 8 bits: TILE's multiples, PAD's
     leading paddings and SLICE's begins wrap at 256, and TOPK_V2 returns its indices in a byte.
@@ -933,6 +956,8 @@ MUTANT_INFO = (
                args=("-k", "edge_long_table and float and sync")),
     MutantInfo(HalfRangeConstants, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_float_wide and float32 and sync")),
+    MutantInfo(EightBitSequenceSteps, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_long_sequence and RNN and float32 and sync")),
     MutantInfo(EightBitCounts, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_count_past_255 and float32 and sync")),
 )
