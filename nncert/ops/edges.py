@@ -542,10 +542,11 @@ LONG_SEQUENCE = (257, 300)
 def long_sequence(sample: Callable[[SampleContext, int], None]) -> Edge:
     """A sequence of 257..300 time steps (the samplers draw at most a few): a recurrent
     kernel counting steps in 8 bits stops, or overwrites its first outputs, past step 255.
-    ``sample(s, steps)`` draws the record's case with that many."""
+    ``sample(s, steps)`` draws the record's case with that many. Heavy: the real runtimes take
+    seconds to a minute to compile each (ONNX Runtime 74 s for the 24 cases on two paths)."""
     return Edge("long_sequence", "long", f"{LONG_SEQUENCE[0]}..{LONG_SEQUENCE[1]} time steps: past an "
                 "8-bit step counter",
-                sample=lambda s: sample(s, s.draw.int(*LONG_SEQUENCE)))
+                sample=lambda s: sample(s, s.draw.int(*LONG_SEQUENCE)), heavy=True)
 
 
 def past_255(doc: str, *, sample: Callable[[SampleContext], None] | None = None,
