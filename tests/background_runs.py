@@ -12,7 +12,8 @@ starts its module's runs would start all of them on each worker that runs one of
 
 One launcher process (this file run as a script) starts and reaps the runs for the whole
 session, PARALLEL at a time plus one for each test process waiting on a run (its core is
-idle meanwhile), the runs marked ``first`` (the longest) before the others. The session's
+idle meanwhile): a run some test waits on before any other, then the runs marked ``first``
+(the longest), then the others in the order they came. The session's
 first process owns it (the only process of a serial session, the controller of a
 pytest-xdist one, which hands the directory to its workers): it starts it at configuration
 and ends it at the end of the session, so a test process gains no child and no descriptor
@@ -115,7 +116,8 @@ def want(run: Run | Sequence[str]) -> None:
 def run(run: Run | Sequence[str], timeout: float) -> subprocess.CompletedProcess:
     """The finished run (queued now unless it already was): its exit code, stdout and
     stderr. Raises subprocess.TimeoutExpired after ``timeout`` seconds of waiting. While it
-    waits, this process lends its core to the launcher (a file in ``waiting/``)."""
+    waits, this process lends its core to the launcher, and names the run it waits on, which
+    starts next unless it has already (a file in ``waiting/``)."""
     run = _run(run)
     want(run)
     base = _base(run)
@@ -123,7 +125,7 @@ def run(run: Run | Sequence[str], timeout: float) -> subprocess.CompletedProcess
     deadline = time.monotonic() + timeout
     waiting = scratch() / "waiting" / f"{os.getpid()}"
     waiting.parent.mkdir(exist_ok=True)
-    waiting.touch()
+    waiting.write_text(base.name)
     try:
         while not done.exists():
             if time.monotonic() > deadline:
@@ -149,6 +151,14 @@ def stop_all() -> None:
     _dir = None
 
 
+def _read(path: Path) -> str:
+    """A waiting file's run name ("" if it went, or is being written, meanwhile)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def _request(path: Path) -> dict:
     """A request file: {"argv", "cwd", "first"} (or, written by hand, the argument list)."""
     request = json.loads(path.read_text())
@@ -157,7 +167,8 @@ def _request(path: Path) -> dict:
 
 def _serve(directory: Path) -> None:
     """The launcher: runs each request file's argument list (``first`` ones, then the oldest
-    first), PARALLEL at a time and one more for each test process waiting on a run, output to
+    first, a run a test waits on before either), PARALLEL at a time and one more for each test
+    process waiting on a run, output to
     base.out / base.err, and writes the exit code to base.rc when one ends (atomically). When
     its input closes it kills what still runs and exits."""
     seen: set[Path] = set()
@@ -190,9 +201,11 @@ def _serve(directory: Path) -> None:
                                 f"{' '.join(_request(base.with_suffix('.req'))['argv'][3:])}\n")
                 base.with_suffix(".rc-tmp").write_text(str(proc.returncode))
                 os.replace(base.with_suffix(".rc-tmp"), base.with_suffix(".rc"))
-        lent = len(list((directory / "waiting").glob("*")))
-        while queue and len(running) < PARALLEL + lent:
-            base = queue.pop(0)
+        waits = [_read(p) for p in (directory / "waiting").glob("*")]
+        while queue and len(running) < PARALLEL + len(waits):
+            awaited = [b for b in queue if b.name in waits]
+            base = awaited[0] if awaited else queue[0]
+            queue.remove(base)
             request = _request(base.with_suffix(".req"))
             # A state directory of its own (the HAL cache's token store): a driver of the same
             # name and another version string, in a test beside it, resets a shared store.

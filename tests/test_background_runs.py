@@ -69,9 +69,10 @@ def _wait_for(path: Path, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def test_first_runs_jump_the_queue_in_their_directory_and_a_waiting_test_lends_its_core(tmp_path):
-    """One run at a time: a run marked first starts before one queued earlier, in the working
-    directory it names; a test process waiting on a run (a file in waiting/) adds a slot."""
+def test_an_awaited_run_then_a_first_run_jump_the_queue_and_a_waiting_test_lends_its_core(tmp_path):
+    """One run at a time: a run a test waits on starts next, then a run marked first (in the
+    working directory it names) before those queued earlier; a test process waiting on a run
+    (a file in waiting/, naming the run) adds a slot."""
     started, go = tmp_path / "started.txt", tmp_path / "go"
 
     def request(name: str, code: str = "", **extra) -> None:
@@ -87,13 +88,19 @@ def test_first_runs_jump_the_queue_in_their_directory_and_a_waiting_test_lends_i
         _wait_for(started)
         (tmp_path / "elsewhere").mkdir()
         request("late")
-        time.sleep(0.5)  # the launcher has queued "late" behind the blocker
+        time.sleep(0.3)  # queued in this order: late, awaited, early (first)
+        request("awaited")
+        time.sleep(0.3)
         request("early", first=True, cwd=str(tmp_path / "elsewhere"))
         time.sleep(0.5)
         assert started.read_text().count("\n") == 1, "a second run started with one slot"
-        (tmp_path / "waiting").mkdir()
-        (tmp_path / "waiting" / "4242").touch()  # a test waits on a run: one more slot
+        waiting = tmp_path / "waiting" / "4242"  # a test waits on "awaited": one more slot, for it
+        waiting.parent.mkdir()
+        waiting.write_text("awaited")
+        _wait_for(tmp_path / "awaited.rc")
+        waiting.write_text("")  # a test waits on a run already done: the slot goes to the queue's head
         _wait_for(tmp_path / "early.rc")
+        waiting.unlink()
         assert not (tmp_path / "blocker.rc").exists()
     finally:
         go.touch()
@@ -101,5 +108,5 @@ def test_first_runs_jump_the_queue_in_their_directory_and_a_waiting_test_lends_i
         launcher.stdin.close()
         launcher.wait(timeout=30)
     lines = started.read_text().splitlines()
-    assert [line.split(" ")[0] for line in lines] == ["blocker", "early", "late"]
-    assert lines[1] == f"early {tmp_path / 'elsewhere'}"
+    assert [line.split(" ")[0] for line in lines] == ["blocker", "awaited", "early", "late"]
+    assert lines[2] == f"early {tmp_path / 'elsewhere'}"
