@@ -13,14 +13,13 @@ starts its module's runs would start all of them on each worker that runs one of
 One launcher process (this file run as a script) starts and reaps the runs for the whole
 session, PARALLEL at a time plus one for each test process waiting on a run (its core is
 idle meanwhile): a run some test waits on before any other, then the runs marked ``first``
-(the longest), then the others in the order they came. The session's
-first process owns it (the only process of a serial session, the controller of a
-pytest-xdist one, which hands the directory to its workers): it starts it at configuration
-and ends it at the end of the session, so a test process gains no child and no descriptor
-from it, and the tests that count their own descriptors and zombie children see no run start
-or end. A run is queued by a request file in the shared directory, named by a digest of its
-argument list and working directory: every worker collects every test and queues the same
-runs, and each runs once.
+(the longest), then the others in the order they came. The session's first process owns it
+(the only process of a serial session, the controller of a pytest-xdist one, which hands the
+directory to its workers): it starts it at configuration and ends it at the end of the
+session, so a test process gains no child and no descriptor from it, and the tests that count
+their own descriptors and zombie children see no run start or end. A run is queued by a
+request file in the shared directory, named by a digest of its argument list and working
+directory: every worker collects every test and queues the same runs, and each runs once.
 """
 
 from __future__ import annotations
@@ -100,9 +99,9 @@ def _base(run: Run) -> Path:
     return scratch() / hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
-def want(run: Run | Sequence[str]) -> None:
+def want(what: Run | Sequence[str]) -> None:
     """Queue a run (it starts as soon as the launcher has a free slot); once a session."""
-    run = _run(run)
+    run = _run(what)
     base = _base(run)
     try:
         fd = os.open(base.with_suffix(".tmp-req"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -113,12 +112,12 @@ def want(run: Run | Sequence[str]) -> None:
     os.replace(base.with_suffix(".tmp-req"), base.with_suffix(".req"))
 
 
-def run(run: Run | Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+def run(what: Run | Sequence[str], timeout: float) -> subprocess.CompletedProcess:
     """The finished run (queued now unless it already was): its exit code, stdout and
     stderr. Raises subprocess.TimeoutExpired after ``timeout`` seconds of waiting. While it
     waits, this process lends its core to the launcher, and names the run it waits on, which
     starts next unless it has already (a file in ``waiting/``)."""
-    run = _run(run)
+    run = _run(what)
     want(run)
     base = _base(run)
     done = base.with_suffix(".rc")
