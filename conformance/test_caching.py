@@ -294,9 +294,7 @@ def test_save_and_retrieve_unknown_dimensions(caching_driver, tmp_path):
     model = add_model(dims=(0, 3))
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
-    with files.open() as (model_fds, data_fds):
-        prepared = caching_driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
-                                                token=token)
+    prepared = _save(caching_driver, model, files, token)
     status, cached = _from_cache(caching_driver, files, token)
     assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
     rng = np.random.default_rng(4)
@@ -322,9 +320,7 @@ def test_save_and_retrieve_control_flow(caching_driver, tmp_path):
     model = counting_while_model()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
-    with files.open() as (model_fds, data_fds):
-        prepared = caching_driver.prepare_model(model, model_cache=model_fds, data_cache=data_fds,
-                                                token=token)
+    prepared = _save(caching_driver, model, files, token)
     status, cached = _from_cache(caching_driver, files, token)
     assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
     for bound in (0, 5):
