@@ -67,7 +67,9 @@ def _fully_known(type_scalar: bool, dims: Sequence[int]) -> bool:
 
 
 @dataclass(frozen=True)
-class _Snapshot:
+class Snapshot:
+    """A device buffer's contents: the bytes and the shape they were written with."""
+
     data: bytes
     shape: tuple[int, ...]
 
@@ -86,7 +88,7 @@ class DeviceBuffer(Buffer):
         self.token = 0
         self._roles: dict[int, tuple[weakref.ref[Model], set[tuple[str, int]]]] = {}
         self._lock = threading.Lock()
-        self._value: _Snapshot | None = None
+        self._value: Snapshot | None = None
 
     # -- roles (MEM-4) --
     def _add_role(self, model: Model, kind: str, io_index: int) -> None:
@@ -102,13 +104,13 @@ class DeviceBuffer(Buffer):
     def initialized(self) -> bool:
         return self._value is not None
 
-    def snapshot(self) -> _Snapshot | None:
+    def snapshot(self) -> Snapshot | None:
         with self._lock:
             return self._value
 
     def store(self, data: bytes, shape: tuple[int, ...]) -> None:
         with self._lock:
-            self._value = _Snapshot(data, shape)
+            self._value = Snapshot(data, shape)
 
     def invalidate(self) -> None:
         with self._lock:

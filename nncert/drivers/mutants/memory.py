@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from nncert.drivers.base import Burst, Deadline
-from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, _Snapshot, lookup
+from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, Snapshot, lookup
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.drivers.reference import ReferenceDriver
 from nncert.hal.errors import HalError
@@ -264,19 +264,19 @@ class _PerModelBuffer(DeviceBuffer):
     """Keeps what each prepared model's executions write in that model's own device memory;
     copy_from and copy_to use the host copy, which an execution's result also reaches."""
 
-    def _per_model(self) -> dict[int, _Snapshot]:
+    def _per_model(self) -> dict[int, Snapshot]:
         return self.__dict__.setdefault("per_model", {})
 
     def store(self, data: bytes, shape: tuple[int, ...]) -> None:
         model = getattr(_RUNNING, "model", None)
         if model is None:  # copy_from: the host copy, and every model's copy is out of date
             self._per_model().clear()
-            self.__dict__["copied"] = _Snapshot(data, shape)
+            self.__dict__["copied"] = Snapshot(data, shape)
         else:
-            self._per_model()[id(model)] = _Snapshot(data, shape)
+            self._per_model()[id(model)] = Snapshot(data, shape)
         super().store(data, shape)
 
-    def snapshot(self) -> _Snapshot | None:
+    def snapshot(self) -> Snapshot | None:
         model = getattr(_RUNNING, "model", None)
         if model is None or not self._per_model():
             return super().snapshot()
