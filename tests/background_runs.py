@@ -13,7 +13,9 @@ starts its module's runs would start all of them on each worker that runs one of
 One launcher process (this file run as a script) starts and reaps the runs for the whole
 session, PARALLEL at a time plus one for each test process waiting on a run (its core is
 idle meanwhile): a run some test waits on before any other, then the runs marked ``first``
-(the longest), then the others in the order they came. The session's first process owns it
+(the longest), then the others in the order they came. Runs marked ``idle`` (a faulty driver's
+hangs and crashes: mostly waiting out deadlines) go IDLE_PARALLEL at a time beside those, so
+that no test process sits through their deadlines. The session's first process owns it
 (the only process of a serial session, the controller of a pytest-xdist one, which hands the
 directory to its workers): it starts it at configuration and ends it at the end of the
 session, so a test process gains no child and no descriptor from it, and the tests that count
@@ -41,6 +43,8 @@ from nncert.files import share_bytecode
 ROOT = Path(__file__).resolve().parent.parent
 #: Runs going at once, at most (on two cores the tests keep one).
 PARALLEL = int(os.environ.get("NNCERT_BACKGROUND_PARALLEL", "0")) or max(1, (os.cpu_count() or 2) - 1)
+#: Runs marked ``idle`` going at once, beside the PARALLEL others.
+IDLE_PARALLEL = 2
 #: The key a pytest-xdist worker finds the shared directory under, in its ``workerinput``.
 WORKER_KEY = "nncert_background_runs"
 
@@ -81,12 +85,14 @@ def scratch() -> Path:
 
 @dataclass(frozen=True)
 class Run:
-    """A run: its argument list, its working directory (the repository's by default), and
-    whether it goes to the head of the queue (a long run, so that it does not end last)."""
+    """A run: its argument list, its working directory (the repository's by default),
+    whether it goes to the head of the queue (a long run, so that it does not end last), and
+    whether it mostly waits (``idle``: hangs' deadlines; it takes no core's slot)."""
 
     argv: tuple[str, ...]
     cwd: str | None = None
     first: bool = False
+    idle: bool = False
 
 
 def _run(run: Run | Sequence[str]) -> Run:
@@ -94,7 +100,8 @@ def _run(run: Run | Sequence[str]) -> Run:
 
 
 def _base(run: Run) -> Path:
-    # ``first`` is only where the run queues: the test that waits on it names it without.
+    # ``first`` and ``idle`` are only how the run queues: the test that waits on it may name it
+    # without.
     key = json.dumps([list(run.argv), run.cwd])
     return scratch() / hashlib.sha256(key.encode()).hexdigest()[:20]
 
@@ -108,7 +115,7 @@ def want(what: Run | Sequence[str]) -> None:
     except FileExistsError:
         return  # queued by this process or another worker
     with os.fdopen(fd, "w") as f:
-        json.dump({"argv": list(run.argv), "cwd": run.cwd, "first": run.first}, f)
+        json.dump({"argv": list(run.argv), "cwd": run.cwd, "first": run.first, "idle": run.idle}, f)
     os.replace(base.with_suffix(".tmp-req"), base.with_suffix(".req"))
 
 
@@ -159,20 +166,23 @@ def _read(path: Path) -> str:
 
 
 def _request(path: Path) -> dict:
-    """A request file: {"argv", "cwd", "first"} (or, written by hand, the argument list)."""
+    """A request file: {"argv", "cwd", "first", "idle"} (or, written by hand, the argument
+    list)."""
     request = json.loads(path.read_text())
-    return request if isinstance(request, dict) else {"argv": request, "cwd": None, "first": False}
+    request = request if isinstance(request, dict) else {"argv": request}
+    return {"cwd": None, "first": False, "idle": False, **request}
 
 
 def _serve(directory: Path) -> None:
     """The launcher: runs each request file's argument list (``first`` ones, then the oldest
     first, a run a test waits on before either), PARALLEL at a time and one more for each test
-    process waiting on a run, output to
+    process waiting on a run, ``idle`` ones IDLE_PARALLEL at a time beside them, output to
     base.out / base.err, and writes the exit code to base.rc when one ends (atomically). When
     its input closes it kills what still runs and exits."""
     seen: set[Path] = set()
     queue: list[Path] = []
     running: list[tuple[subprocess.Popen, Path]] = []
+    idle: set[Path] = set()  # the idle runs among the queued and running ones
     started: dict[Path, float] = {}
     log = os.environ.get("NNCERT_BACKGROUND_LOG")  # each run's wall and CPU seconds, for profiling
     os.set_blocking(sys.stdin.fileno(), False)
@@ -187,6 +197,7 @@ def _serve(directory: Path) -> None:
         seen.update(fresh)
         if fresh:
             queue += [p.with_suffix("") for p in fresh]
+            idle.update(p.with_suffix("") for p in fresh if _request(p)["idle"])
             queue.sort(key=lambda base: not _request(base.with_suffix(".req"))["first"])  # stable
         for proc, base in list(running):
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -201,9 +212,15 @@ def _serve(directory: Path) -> None:
                 base.with_suffix(".rc-tmp").write_text(str(proc.returncode))
                 os.replace(base.with_suffix(".rc-tmp"), base.with_suffix(".rc"))
         waits = [_read(p) for p in (directory / "waiting").glob("*")]
-        while queue and len(running) < PARALLEL + len(waits):
-            awaited = [b for b in queue if b.name in waits]
-            base = awaited[0] if awaited else queue[0]
+        while True:
+            idling = sum(base in idle for _, base in running)
+            free = {True: IDLE_PARALLEL - idling, False: PARALLEL + len(waits) - (len(running) - idling)}
+            # An awaited run takes a slot of either kind: its test is waiting.
+            awaited = [b for b in queue if b.name in waits and max(free.values()) > 0]
+            startable = awaited or [b for b in queue if free[b in idle] > 0]
+            if not startable:
+                break
+            base = startable[0]
             queue.remove(base)
             request = _request(base.with_suffix(".req"))
             # A state directory of its own (the HAL cache's token store): a driver of the same

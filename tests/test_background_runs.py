@@ -110,3 +110,39 @@ def test_an_awaited_run_then_a_first_run_jump_the_queue_and_a_waiting_test_lends
     lines = started.read_text().splitlines()
     assert [line.split(" ")[0] for line in lines] == ["blocker", "awaited", "early", "late"]
     assert lines[2] == f"early {tmp_path / 'elsewhere'}"
+
+
+def test_idle_runs_go_beside_the_others_two_at_a_time(tmp_path):
+    """Runs marked idle (a faulty driver's deadlines) take no core's slot: with the one slot
+    held, two of three start at once, the third when one of them ends."""
+    started = tmp_path / "started.txt"
+
+    def request(name: str, until: Path, idle: bool) -> None:
+        code = (f"import os, time\nopen({str(started)!r}, 'a').write({name!r} + '\\n')\n"
+                f"while not os.path.exists({str(until)!r}): time.sleep(0.05)")
+        argv = [sys.executable, "-c", code]
+        (tmp_path / f"{name}.req").write_text(json.dumps({"argv": argv, "idle": idle}))
+
+    def names() -> list[str]:
+        return started.read_text().split() if started.exists() else []
+
+    request("blocker", tmp_path / "go", idle=False)
+    for n in (1, 2, 3):
+        request(f"idle{n}", tmp_path / f"go{n}", idle=True)
+    launcher = subprocess.Popen([sys.executable, background_runs.__file__, str(tmp_path)],
+                                stdin=subprocess.PIPE, env={**os.environ, "NNCERT_BACKGROUND_PARALLEL": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while len(names()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert sorted(names()) == ["blocker", "idle1", "idle2"]
+        (tmp_path / "go1").touch()
+        while "idle3" not in names() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "idle3" in names() and not (tmp_path / "blocker.rc").exists()
+    finally:
+        for name in ("go", "go1", "go2", "go3"):
+            (tmp_path / name).touch()
+        launcher.stdin.close()
+        launcher.wait(timeout=30)

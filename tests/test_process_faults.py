@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import background_runs
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,15 +58,46 @@ def _each_cut_short(tests: dict, faulted: list[str]) -> None:
     assert not long, f"faulted tests not cut short at their deadline: {long}"
 
 
+def _faulty_run(name: str, driver: str, extra: list[str], select: str) -> background_runs.Run:
+    """A conformance slice against a faulty driver, its report in the session's scratch
+    directory under ``name``: a background run marked idle (it mostly waits out deadlines)."""
+    report = background_runs.scratch() / f"faults-{name}.json"
+    return background_runs.Run(
+        (sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_operations.py"),
+         str(ROOT / "conformance" / "test_execution.py"), "-q", "-p", "no:cacheprovider",
+         f"--driver={driver}", f"--nncert-report={report}", "-k", select, *extra), idle=True)
+
+
+def _guarded_run(name: str, driver: str, extra: list[str]) -> background_runs.Run:
+    report = background_runs.scratch() / f"guard-{name}.json"
+    return background_runs.Run(
+        (sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q",
+         "-p", "no:cacheprovider", "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}",
+         "-k", SELECT, *extra), idle=True)
+
+
+def _report(run: background_runs.Run) -> Path:
+    return Path(next(a for a in run.argv if a.startswith("--nncert-report=")).partition("=")[2])
+
+
+def runs_to_start(item) -> list[background_runs.Run]:
+    """The faulty drivers' runs, started beside the other tests (background_runs.py): each
+    waits out its hangs' deadlines, which would otherwise hold a test process."""
+    if item.originalname == "test_faulty_driver_run_completes_and_classifies":
+        p = item.callspec.params
+        return [_faulty_run(item.callspec.id, p["driver"], p["extra"], p["select"])]
+    if item.originalname == "test_crash_guard_keeps_every_result_and_goes_on":
+        p = item.callspec.params
+        return [_guarded_run(item.callspec.id, p["driver"], p["extra"])]
+    return []
+
+
 @pytest.mark.req("MLTS-2", "BURST-4", "EXE-1", "EXE-9")
 @pytest.mark.parametrize(("driver", "extra", "select", "outcome", "affected"), RUNS)
-def test_faulty_driver_run_completes_and_classifies(tmp_path, driver, extra, select, outcome, affected):
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "test_operations.py"),
-         str(ROOT / "conformance" / "test_execution.py"), "-q", "-p", "no:cacheprovider",
-         f"--driver={driver}", f"--nncert-report={report}", "-k", select, *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_faulty_driver_run_completes_and_classifies(request, driver, extra, select, outcome, affected):
+    run = _faulty_run(request.node.callspec.id, driver, extra, select)
+    report = _report(run)
+    proc = background_runs.run(run, timeout=900)
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     by_outcome: dict[str, list[str]] = {}
@@ -97,13 +129,10 @@ GUARDED = [
 
 @pytest.mark.req("MLTS-2", "EXE-1")
 @pytest.mark.parametrize(("driver", "extra", "outcome"), GUARDED)
-def test_crash_guard_keeps_every_result_and_goes_on(tmp_path, driver, extra, outcome):
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(CONFORMANCE / "test_operations.py"), "-q",
-         "-p", "no:cacheprovider", "-p", "no:randomly", f"--driver={driver}", f"--nncert-report={report}",
-         "-k", SELECT, *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_crash_guard_keeps_every_result_and_goes_on(request, tmp_path, driver, extra, outcome):
+    run = _guarded_run(request.node.callspec.id, driver, extra)
+    report = _report(run)
+    proc = background_runs.run(run, timeout=900)
     assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     tests = json.loads(report.read_text())["tests"]
     collected = subprocess.run(
