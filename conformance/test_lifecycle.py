@@ -26,7 +26,7 @@ from nncert.drivers.base import Driver, PreparedModel, process_resources
 from nncert.hal.builder import ModelBuilder, build_request, read_outputs
 from nncert.hal.errors import HalError
 from nncert.hal.model import BufferDesc, BufferRole, Model
-from nncert.hal.types import OperandType, OperationType
+from nncert.hal.types import DeviceType, OperandType, OperationType
 from nncert.ops import get
 from nncert.testing.cases import sample_case
 from nncert.testing.harness import (
@@ -106,6 +106,24 @@ def test_capabilities_are_valid(driver):
         pytest.fail(f"DRV-1: capabilities() reports invalid performance: {'; '.join(bad[:5])}{more}")
 
 
+#: The most model or data cache files a driver may ask for (the HAL's MAX_NUMBER_OF_CACHE_FILES).
+MAX_CACHE_FILES = 32
+
+
+@pytest.mark.req("DRV-1", "CACHE-2")
+def test_device_type_and_cache_file_counts_are_valid(driver):
+    """The VTS's basic checks of getType and getNumberOfCacheFilesNeeded: the type is one of
+    OTHER, CPU, GPU and ACCELERATOR (UNKNOWN, 0, is the runtime's own placeholder, never a
+    driver's answer), and each count of cache files is an integer from 0 to
+    MAX_CACHE_FILES."""
+    kind = driver.type()
+    assert isinstance(kind, DeviceType) and kind in DeviceType, \
+        f"DRV-1: type() gave {kind!r}, not one of {', '.join(t.name for t in DeviceType)}"
+    counts = tuple(driver.number_of_cache_files_needed())
+    assert len(counts) == 2 and all(isinstance(n, int) and 0 <= n <= MAX_CACHE_FILES for n in counts), \
+        f"CACHE-2: number_of_cache_files_needed() gave {counts!r}, not two counts from 0 to {MAX_CACHE_FILES}"
+
+
 @pytest.mark.req("DRV-1")
 def test_device_queries_are_stable(driver):
     first = _queries(driver)
@@ -144,6 +162,12 @@ def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
         execute(prepared[0], request, path)
         check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [(2, 3)]), model)
         _same_queries(first, _queries(fresh_driver), f"after a {path} execution")
+    for what, call in _failing_calls(fresh_driver, model, prepared[0]):
+        try:
+            call()  # type: ignore[operator]
+        except HalError:
+            pass  # that it fails is test_failed_calls_free_their_resources's business
+        _same_queries(first, _queries(fresh_driver), f"after a failed call ({what})")
     burst = prepared[0].configure_execution_burst()  # the device in its burst state (BURST-1)
     request = build_request(model, feeds)
     burst.execute(request, list(range(len(request.pools))))
@@ -163,6 +187,13 @@ def test_device_queries_are_stable_across_work(driver, fresh_driver, tmp_path):
             except HalError:
                 pass  # whether the cache is taken is test_caching's business, not DRV-1's
             _same_queries(first, _queries(fresh_driver), "after a preparation from the cache")
+            for fd in model_fds + data_fds:
+                os.lseek(fd, 0, os.SEEK_SET)
+            try:  # a token the driver never saved: a preparation from cache that must fail
+                fresh_driver.prepare_model_from_cache(None, model_fds, data_fds, secrets.token_bytes(32))
+            except HalError:
+                pass
+            _same_queries(first, _queries(fresh_driver), "after a failed preparation from the cache")
         finally:
             for fd in model_fds + data_fds:
                 os.close(fd)

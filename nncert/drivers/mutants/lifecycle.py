@@ -230,6 +230,55 @@ class LeaksFailedJobs(MutantDriver):
     prepared_class = Prepared
 
 
+class UnknownDeviceType(MutantDriver):
+    """Answers getType with 0, DeviceType::UNKNOWN, the runtime's placeholder for a device it
+    has not asked yet, instead of OTHER, CPU, GPU or ACCELERATOR (DRV-1)."""
+
+    name = "unknown_device_type"
+
+    def type(self) -> int:  # type: ignore[override]
+        return 0
+
+
+class ResetByFailedPreparation(MutantDriver):
+    """A preparation that fails resets the device, and the version string it reports from then
+    on says so (" (reset)"): before any failure, and after successful work, every query is
+    stable (DRV-1)."""
+
+    name = "reset_by_failed_preparation"
+    _reset = False
+
+    def version_string(self) -> str:
+        return super().version_string() + (" (reset)" if self._reset else "")
+
+    def prepare_model(self, model: Model, *args, **kwargs) -> PreparedModel:  # type: ignore[override]
+        try:
+            return super().prepare_model(model, *args, **kwargs)
+        except HalError:
+            self._reset = True
+            raise
+
+
+class CachingOffAfterFailedLoad(MutantDriver):
+    """Turns compilation caching off once a preparation from cache fails (a token it does not
+    know, a tampered cache): number_of_cache_files_needed answers (0, 0) from then on, where
+    its answer must never change (DRV-1)."""
+
+    name = "caching_off_after_failed_load"
+    _off = False
+
+    def number_of_cache_files_needed(self) -> tuple[int, int]:
+        return (0, 0) if self._off else super().number_of_cache_files_needed()
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        try:
+            return super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
+        except HalError:
+            self._off = True
+            raise
+
+
 MUTANT_INFO = (
     MutantInfo(LazyCapabilities, "DRV-1", suite="test_lifecycle.py"),
     MutantInfo(BurstStateCapabilities, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
@@ -240,4 +289,7 @@ MUTANT_INFO = (
     MutantInfo(LazyAsyncWorkers, "DRV-6", suite="test_lifecycle.py", args=("-k", "first_execution")),
     MutantInfo(LeaksFailedJobs, "DRV-5", suite="test_lifecycle.py", args=("-k", "failed_calls")),
     MutantInfo(KeepsCacheHandles, "DRV-5", suite="test_lifecycle.py", args=("-k", "released_models")),
+    MutantInfo(UnknownDeviceType, "DRV-1", suite="test_lifecycle.py", args=("-k", "device_type")),
+    MutantInfo(ResetByFailedPreparation, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
+    MutantInfo(CachingOffAfterFailedLoad, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
 )
