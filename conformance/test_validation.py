@@ -21,6 +21,7 @@ must not be overrun. A representative set of models runs in CI; every operation 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -294,6 +295,53 @@ def test_short_output_request_is_not_overrun(driver, key, path):
         if stray:
             problems.append(f"output {i} one element short: wrote {', '.join(stray)}")
     _report("VAL-2", f"{path} execution with a short output buffer", problems)
+
+
+def _constants_model() -> tuple[Model, list[np.ndarray], list[np.ndarray]]:
+    """(x + c) * d with c and d tensor constants, one carried in the model's values and one
+    in a memory pool (MEM-1)."""
+    rng = np.random.default_rng(11)
+    small, large = (2, 3), (8, 8)
+    b = ModelBuilder()
+    act = b.constant(T.INT32, 0)
+    outs, feeds, expected = [], [], []
+    for dims in (small, large):
+        x = b.operand(T.TENSOR_FLOAT32, dims)
+        c, d = (rng.uniform(-2, 2, dims).astype(np.float32) for _ in range(2))
+        total, out = b.operand(T.TENSOR_FLOAT32, dims), b.operand(T.TENSOR_FLOAT32, dims)
+        b.operation(OperationType.ADD, [x, b.constant(T.TENSOR_FLOAT32, c), act], [total])
+        b.operation(OperationType.MUL, [total, b.constant(T.TENSOR_FLOAT32, d), act], [out])
+        feeds.append(rng.uniform(-2, 2, dims).astype(np.float32))
+        outs.append((x, out))
+        expected.append((feeds[-1] + c) * d)
+    return b.build([x for x, _ in outs], [o for _, o in outs]), feeds, expected
+
+
+@pytest.mark.req("VAL-1", "EXE-3")
+@pytest.mark.parametrize("path", REQUEST_PATHS)
+def test_failed_first_execution_leaves_the_model_intact(driver, path):
+    """The first execution of a new prepared model is an invalid request (an input removed); it
+    must get INVALID_ARGUMENT and change nothing: the valid request then gives the right
+    outputs on every path (work a driver defers to the first execution, such as uploading the
+    constants, must not be marked done by one that failed)."""
+    model, feeds, expected = _constants_model()
+    prepared = prepare_or_skip(driver, model)
+    valid = build_request(model, feeds)
+    invalid = dataclasses.replace(valid, inputs=valid.inputs[:-1])
+    status = status_of(lambda: _run(prepared, invalid, path))
+    assert status is ErrorStatus.INVALID_ARGUMENT, \
+        f"VAL-1: a first {path} execution missing an input gave {status.name}, expected INVALID_ARGUMENT"
+    for after in dict.fromkeys((path, *PATHS)):
+        request = build_request(model, feeds)
+        try:
+            _run(prepared, request, after)
+        except HalError as e:
+            pytest.fail(f"EXE-3: after a failed first {path} execution, a valid {after} execution "
+                        f"failed: {e}")
+        try:
+            check_outputs(expected, read_outputs(model, request, [e.shape for e in expected]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"EXE-3: after a failed first {path} execution, the {after} execution: {e}")
 
 
 @pytest.mark.req("VAL-1")

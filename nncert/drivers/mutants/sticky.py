@@ -12,8 +12,12 @@ import numpy as np
 from nncert.drivers.base import Burst, Deadline, FencedExecutionInfo, PreparedModel, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
-from nncert.hal.model import Model, OutputShape, Request, Timing
+from nncert.hal.model import Model, OperandLifeTime, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nncert.ops.interpreter import run_model
+
+#: Where a constant operand's value lives: in the model's values or in one of its pools (MEM-1).
+CONSTANT_LIFETIMES = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 
 
 class DeadlineKept(MutantDriver):
@@ -292,6 +296,47 @@ class BehindAfterMiss(MutantDriver):
     prepared_class = Prepared
 
 
+class ConstantsLostByFailedFirstRun(MutantDriver):
+    """Uploads a prepared model's constants to the device at its first execution, and marks
+    them uploaded before it validates the request: when that first execution fails, the upload
+    never happens, and every later execution reads zeros for the tensor constants (EXE-3: a
+    failed execution must leave the prepared model as it was)."""
+
+    name = "constants_lost_by_failed_first_run"
+
+    class Prepared(MutantPreparedModel):
+        started = False
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            first, self.started = not self.started, True
+            try:
+                return super().execute_synchronously(request, measure, deadline, loop_timeout)
+            except HalError:
+                if first:
+                    self._zero_constants()
+                raise
+
+        def _zero_constants(self) -> None:
+            """What the device holds for the constants it never received: zeros (a constant
+            cache for run_model, keyed by subgraph and operand index)."""
+            sg = self.model.main
+            self.lost: dict = {}
+            for idx, operand in enumerate(sg.operands):
+                if operand.lifetime in CONSTANT_LIFETIMES and not operand.type.is_scalar:
+                    zeros = np.zeros_like(self.model.constant_value(operand))
+                    zeros.flags.writeable = False
+                    self.lost[(id(sg), idx)] = zeros
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            if getattr(self, "lost", None) is None:
+                return super().compute(inputs)
+            return run_model(self.model, inputs, constants=dict(self.lost))
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(DeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
     MutantInfo(BurstDeadlineKept, "EXE-10", suite="test_qos.py", args=("-k", "binds_only")),
@@ -304,4 +349,6 @@ MUTANT_INFO = (
     MutantInfo(BurstResetByOtherPaths, "BURST-1", suite="test_pools.py", args=("-k", "between_other")),
     MutantInfo(InsufficientResultsKept, "EXE-5", suite="test_pools.py", args=("-k", "retry_after")),
     MutantInfo(LoopTimeoutKept, "EXE-9", suite="test_control_flow.py", args=("-k", "binds_only")),
+    MutantInfo(ConstantsLostByFailedFirstRun, "EXE-3", suite="test_validation.py",
+               args=("-k", "failed_first_execution")),
 )
