@@ -37,6 +37,7 @@ from nncert.testing.control_flow_models import (
 from nncert.testing.harness import (
     FAST_PATHS,
     PATHS,
+    add_model,
     check_outputs,
     execute,
     expect_invalid,
@@ -247,6 +248,26 @@ def test_loop_timeout_counts_from_each_execution(driver):
                         f"{FEW_TURNS_LOOP_TIMEOUT_NS // 10**6} ms loop timeout, {PREPARED_AGE_S} s after "
                         f"preparation, failed: {e}")
         check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)
+
+
+@pytest.mark.req("EXE-9")
+@pytest.mark.parametrize("path", [*PATHS, *FAST_PATHS])
+def test_loop_timeout_of_a_model_without_loops(driver, path):
+    """A loop timeout bounds WHILE loops and nothing else: given to a model with no control
+    flow (ADD), as NNAPI lets any execution set one, 0 and the maximum alike, the execution
+    runs and gives the right outputs."""
+    model = add_model((2, 3))
+    prepared = prepare_or_skip(driver, model)
+    rng = np.random.default_rng(9)
+    feeds = [rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2)]
+    for loop_timeout in (0, LOOP_TIMEOUT_MAXIMUM_NS):
+        request = build_request(model, feeds)
+        try:
+            execute(prepared, request, path, loop_timeout=loop_timeout)
+        except HalError as e:
+            pytest.fail(f"EXE-9: a {path} execution of ADD (no loop) with a loop timeout of "
+                        f"{loop_timeout} ns failed: {e}")
+        check_outputs([feeds[0] + feeds[1]], read_outputs(model, request, [(2, 3)]), model)
 
 
 @pytest.mark.req("EXE-9", "EXE-10")

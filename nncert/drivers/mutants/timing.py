@@ -19,6 +19,7 @@ from nncert.hal.types import (
     ErrorStatus,
     ExecutionPreference,
     MeasureTiming,
+    OperationType,
     Priority,
 )
 from nncert.ops.interpreter import current_budget, execution_budget, loop_timeout_of
@@ -242,6 +243,26 @@ class MaximumLoopTimeoutRefused(MutantDriver):
     prepared_class = Prepared
 
 
+class LoopTimeoutWithoutLoopRefused(MutantDriver):
+    """Has no loop timer to arm for a model without WHILE and refuses, with INVALID_ARGUMENT,
+    an execution of such a model that is given a loop timeout, where the loop timeout merely
+    has nothing to bound (EXE-9). Models with a WHILE run as the reference's."""
+
+    name = "loop_timeout_without_loop_refused"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            loops = any(op.type is OperationType.WHILE for sg in (self.model.main, *self.model.referenced)
+                        for op in sg.operations)
+            if loop_timeout is not None and not loops:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "a loop timeout for a model without a loop")
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class NegativeLoopTimeoutUnset(MutantDriver):
     """Takes a negative loop timeout for "not given" (the AIDL sentinel -1 stretched to every
     negative value) and runs with the default, where it must refuse it (VAL-1, EXE-9)."""
@@ -273,6 +294,8 @@ MUTANT_INFO = (
     MutantInfo(MaximumLoopTimeoutRefused, "EXE-9", suite="test_control_flow.py", args=("-k", "maximum_loop")),
     MutantInfo(NegativeLoopTimeoutUnset, "VAL-1", suite="test_control_flow.py",
                args=("-k", "negative_loop_timeout")),
+    MutantInfo(LoopTimeoutWithoutLoopRefused, "EXE-9", suite="test_control_flow.py",
+               args=("-k", "without_loops and sync")),
     MutantInfo(KeepsLastTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
     MutantInfo(SplitModelTiming, "EXE-7", suite="test_execution.py", args=("-k", "timing_follows")),
 )
