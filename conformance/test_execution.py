@@ -326,6 +326,31 @@ def test_fenced_execution_waits_for_every_fence(driver, request, count, held, me
     _check_fenced_timing(info, measure is MeasureTiming.YES, called, returned_at, last, done)
 
 
+@pytest.mark.req("EXE-1")
+def test_fenced_execution_with_a_fence_listed_twice(driver, request):
+    """A wait-for list may name one fence more than once (the runtime passes on what the app
+    gave, and a fence merged with itself is still one fence): [f, g, f], signalled g then f,
+    runs once f is signalled, and gives the right outputs."""
+    model = _add_chain((2, 3), (2, 3))
+    prepared = prepare_or_skip(driver, model)
+    rng = _seeded(request)
+    x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    hal_request = build_request(model, [x, y])
+    f, g = SyncFence(), SyncFence()
+    try:
+        returned, callback = prepared.execute_fenced(hal_request, [f, g, f])
+    except HalError as e:
+        pytest.fail(f"EXE-1: a fenced execution waiting for [f, g, f] was refused: {e}")
+    assert returned is not None, "EXE-1: execute_fenced returned no fence although its wait-for fences " \
+                                 "were unsignalled"
+    _signal_from_threads([g, f])
+    wait_fence(returned)
+    info = callback.get_execution_info()
+    assert info.status is ErrorStatus.NONE, \
+        f"EXE-1: a fenced execution waiting for [f, g, f] failed: {info.status.name} {info.message}"
+    check_outputs([_add_chain_golden(x, y)], read_outputs(model, hal_request, [(2, 3)]), model)
+
+
 @pytest.mark.req("EXE-8", "EXE-7", "EXE-1")
 @pytest.mark.parametrize("measure", [MeasureTiming.NO, MeasureTiming.YES], ids=["off", "on"])
 @pytest.mark.parametrize("wait", ["no-fence", "signalled", "late"])

@@ -129,6 +129,27 @@ def _concat_job(rng: np.random.Generator, i: int) -> Job:
     return Job([x, y], [np.concatenate([x, y]), x + x])
 
 
+#: Fused activations in turn (NONE, RELU1, RELU, RELU6), given at run time as a scalar input.
+ACTIVATIONS = (0, 2, 1, 0, 3, 2, 1, 3)
+ACTIVATION_BOUNDS = {0: (-np.inf, np.inf), 1: (0, np.inf), 2: (-1, 1), 3: (0, 6)}
+
+
+def scalar_input_model() -> Model:
+    """ADD(x, y, activation) with the activation a model input (an INT32 scalar): a value each
+    request gives, not a parameter of the model."""
+    b = ModelBuilder()
+    x, y, out = (b.operand(T.TENSOR_FLOAT32, (2, 3)) for _ in range(3))
+    act = b.operand(T.INT32)
+    b.operation(OperationType.ADD, [x, y, act], [out])
+    return b.build([x, y, act], [out])
+
+
+def _scalar_input_job(rng: np.random.Generator, i: int) -> Job:
+    act = _pick(ACTIVATIONS, i)
+    x, y = (rng.uniform(-5, 5, (2, 3)).astype(np.float32) for _ in range(2))
+    return Job([x, y, np.array(act, np.int32)], [np.clip(x + y, *ACTIVATION_BOUNDS[act]).astype(np.float32)])
+
+
 def _add_job(rng: np.random.Generator, i: int) -> Job:
     x, y = _floats(rng, (2, 3)), _floats(rng, (2, 3))
     return Job([x, y], [x + y])
@@ -143,6 +164,7 @@ WORKLOADS = {
                                 ("EXE-9",)),
     "while_output_shape": Workload(doubling_while_model, _doubling_job, ((48,), (1,)), ("EXE-9", "EXE-4")),
     "concat_shapes": Workload(concat_model, _concat_job, ((9, 3), (5, 3)), ("EXE-4", "DRV-3", "EXE-6")),
+    "scalar_input": Workload(scalar_input_model, _scalar_input_job, None, ("EXE-3",)),
 }
 
 

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nncert.drivers.base import Burst, Deadline, FencedExecutionInfo, SyncFence
+from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, FencedExecutionInfo, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model, Operation, OutputShape, Request, Timing
-from nncert.hal.types import MeasureTiming, OperationType
+from nncert.hal.types import ErrorStatus, MeasureTiming, OperationType
 from nncert.ops.control_flow import referenced_subgraph
 from nncert.ops.interpreter import run_model
 
@@ -71,6 +72,29 @@ class IfBranchCache(MutantDriver):
                     self.condition = np.array(inputs[pos], copy=True)
                 else:
                     inputs = [self.condition if p == pos else x for p, x in enumerate(inputs)]
+            return super().compute(inputs)
+
+    prepared_class = Prepared
+
+
+class ScalarInputsFrozen(MutantDriver):
+    """Takes the scalar inputs of a model (an activation code, an axis, given at run time) for
+    parameters: its compiler reads them at the first execution of the prepared model and folds
+    them in, so later executions run with the first one's values whatever they give (EXE-3).
+    Tensor inputs are read afresh every time."""
+
+    name = "scalar_inputs_frozen"
+
+    class Prepared(MutantPreparedModel):
+        folded: dict[int, np.ndarray | None] | None = None
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            main = self.model.main
+            scalars = [p for p, idx in enumerate(main.input_indexes) if main.operands[idx].type.is_scalar]
+            if scalars:
+                if self.folded is None:
+                    self.folded = {p: inputs[p] for p in scalars}
+                inputs = [self.folded.get(p, x) for p, x in enumerate(inputs)]
             return super().compute(inputs)
 
     prepared_class = Prepared
@@ -258,12 +282,34 @@ class OneGraphSlot(MutantDriver):
     prepared_class = Prepared
 
 
+class FenceListedTwiceRefused(MutantDriver):
+    """Merges its wait-for fences into one before queueing the job, pair by pair, and the merge
+    of a fence with itself fails: a wait-for list that names one fence twice is refused with
+    INVALID_ARGUMENT, where it must run once that fence is signalled (EXE-1)."""
+
+    name = "fence_listed_twice_refused"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                           measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                           loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                           ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+            if len({id(f) for f in wait_for}) != len(wait_for):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "cannot merge a sync fence with itself")
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(FirstFenceOnly, "EXE-1", suite="test_execution.py", args=("-k", "fence")),
     MutantInfo(FastPathTiming, "EXE-8", suite="test_execution.py", args=("-k", "fenced")),
+    MutantInfo(FenceListedTwiceRefused, "EXE-1", suite="test_execution.py", args=("-k", "listed_twice")),
     MutantInfo(IfBranchCache, "EXE-9", suite="test_prepared_reuse.py",
                args=("-k", "if_branches or if_output_shape")),
     MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
+    MutantInfo(ScalarInputsFrozen, "EXE-3", suite="test_prepared_reuse.py", args=("-k", "scalar_input")),
     MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "shape")),
     MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "threads or in_flight")),
     MutantInfo(BurstSharedStaging, "DRV-4", suite="test_prepared_reuse.py",
