@@ -12,6 +12,7 @@ RELU changes values), and ADD (whose third input is a scalar) for ranks and scal
 
 from __future__ import annotations
 
+import gc
 import threading
 from functools import partial
 
@@ -342,12 +343,16 @@ def test_copy_from_bad_dimensions_dynamic(domains, name):
                  "MEM-6")
 
 
-@pytest.mark.req("MEM-5")
+@pytest.mark.req("MEM-5", "MEM-6")
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
 @pytest.mark.parametrize("name", TYPES)
-def test_copy_to_uninitialised(domains, name):
-    buffer, _ = _allocate(domains, _prepare(domains, _relu_model(name)))
+def test_copy_to_uninitialised(domains, name, dynamic):
+    """copy_to from a buffer nothing was written to fails, of fixed dimensions or of unknown
+    ones (which have no size to check a memory against until something is written)."""
+    dims = (0, *DIMS[1:]) if dynamic else DIMS
+    buffer, _ = _allocate(domains, _prepare(domains, _relu_model(name, dims)))
     _expect_copy(partial(buffer.copy_to, _memory(_nbytes(name))), FAILURE,
-                 "copy_to from an uninitialised buffer")
+                 f"copy_to from an uninitialised buffer of dimensions {list(dims)}")
 
 
 @pytest.mark.req("MEM-5", "MEM-6")
@@ -483,6 +488,22 @@ def test_execution_bad_token(domains, name, path):
     for token in (0, 100):
         _expect(prepared, _in_buffer(prepared, token, name), path, INVALID, f"input from token {token}")
         _expect(prepared, _out_buffer(prepared, token, name), path, INVALID, f"output to token {token}")
+
+
+@pytest.mark.req("MEM-4")
+@pytest.mark.parametrize("path", PATHS)
+def test_execution_token_of_a_released_buffer(domains, path):
+    """Once the client has released a buffer, its token names nothing: a request that uses it
+    as an input or an output is refused (a driver whose table of buffers keeps them alive runs
+    it)."""
+    name = "float32"
+    prepared = _prepare(domains, _relu_model(name))
+    buffer, token = _allocate(domains, prepared)
+    _initialise(buffer, name)
+    del buffer
+    gc.collect()
+    _expect(prepared, _in_buffer(prepared, token, name), path, INVALID, "input from a released buffer")
+    _expect(prepared, _out_buffer(prepared, token, name), path, INVALID, "output to a released buffer")
 
 
 @pytest.mark.req("MEM-4")

@@ -304,6 +304,45 @@ class ContentsPerModel(MutantDriver):
     prepared_class = Prepared
 
 
+class _EmptyDynamicBuffer(DeviceBuffer):
+    def copy_to(self, destination: Memory) -> None:
+        if self.snapshot() is None and not all(self.dimensions):
+            return  # no shape yet, so no size to check the memory against: nothing to copy
+        super().copy_to(destination)
+
+
+class EmptyDynamicCopyTo(MutantDriver):
+    """copy_to from a buffer of unknown dimensions that nothing was written to succeeds and
+    copies nothing, where an uninitialised buffer must fail it with GENERAL_FAILURE (MEM-5):
+    the size check that catches the case for a buffer of fixed dimensions needs a shape."""
+
+    name = "empty_dynamic_copy_to"
+    memory_domain = _BufferDomain(_EmptyDynamicBuffer)
+
+
+class _HoldingDomain(MemoryDomain):
+    """The reference's memory domain, whose table of buffers holds each one for good."""
+
+    def __init__(self) -> None:
+        super().__init__(ReferenceDriver.memory_domain.model_of)
+        self.held: list[DeviceBuffer] = []
+
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles: Sequence[BufferRole],
+                 output_roles: Sequence[BufferRole]) -> tuple[DeviceBuffer, int]:
+        buffer, token = super().allocate(desc, prepared_models, input_roles, output_roles)
+        self.held.append(buffer)
+        return buffer, token
+
+
+class ReleasedTokensLive(MutantDriver):
+    """Its table of buffers keeps every buffer it allocated (freed at the driver's end): once
+    the client has released a buffer, a request naming its token still reads and writes it,
+    where the token must name nothing (MEM-4)."""
+
+    name = "released_tokens_live"
+    memory_domain = _HoldingDomain()
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -319,4 +358,7 @@ MUTANT_INFO = (
     MutantInfo(KeepsFailedOutputs, "MEM-4", suite="test_memory_domains.py",
                args=("-k", "execution_bad_dimensions")),
     MutantInfo(ContentsPerModel, "MEM-5", suite="test_memory_domains.py", args=("-k", "carries_a_result")),
+    MutantInfo(EmptyDynamicCopyTo, "MEM-5", suite="test_memory_domains.py",
+               args=("-k", "copy_to_uninitialised")),
+    MutantInfo(ReleasedTokensLive, "MEM-4", suite="test_memory_domains.py", args=("-k", "released_buffer")),
 )
