@@ -13,6 +13,7 @@ transposition goes unseen.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 
 import numpy as np
@@ -25,6 +26,7 @@ from nncert.hal.model import DataLocation, Model, Request, RequestArgument, dtyp
 from nncert.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 from nncert.ops.interpreter import run_model
 from nncert.testing.harness import PATHS, check_outputs, execute, prepare_or_skip
+from nncert.testing.mutations import pool_bytes, stray_writes
 
 T = OperandType
 L = OperandLifeTime
@@ -138,6 +140,60 @@ def test_row_major_and_packed_on_every_path(driver, path):
         request, guards = _packed_request(model, feeds)
         execute(prepared, request, path)
         _check_packed(model, request, guards, feeds, f"{path} execution, seed {seed}")
+
+
+#: Padding after each argument of a padded request (the HAL 1.3 DataLocation.padding): room the
+#: driver may read past an input and write past an output, e.g. to whole vector widths.
+PADDING = 16
+
+
+@pytest.mark.req("MEM-2", "VAL-1")
+@pytest.mark.parametrize("path", PATHS)
+def test_arguments_with_padding(driver, path):
+    """A request whose every argument has PADDING bytes of padding after its data (valid from
+    HAL 1.3: offset + length + padding within the pool) runs, gives the right outputs, and
+    writes nothing outside its outputs and their padding."""
+    name = "float32"
+    model = _two_output_model(name)
+    prepared = prepare_or_skip(driver, model)
+    feeds = _feeds(name, 8)
+    request = build_request(model, feeds, guard=PADDING)
+    for arg in (*request.inputs, *request.outputs):
+        arg.location = dataclasses.replace(arg.location, padding=PADDING)
+    before = pool_bytes(request)
+    try:
+        execute(prepared, request, path)
+    except HalError as e:
+        pytest.fail(f"VAL-1: a {path} execution whose arguments have {PADDING} bytes of padding failed: {e}")
+    room = [RequestArgument(False, dataclasses.replace(a.location, length=a.location.length + PADDING))
+            for a in request.outputs]
+    stray = stray_writes(request, before, room)
+    if stray:
+        pytest.fail(f"MEM-2: a {path} execution with padded arguments wrote {', '.join(stray)}, outside its "
+                    f"outputs and their padding")
+    expected = run_model(model, feeds)
+    check_outputs(expected, read_outputs(model, request, [e.shape for e in expected]), model)
+
+
+@pytest.mark.req("MEM-2", "EXE-2")
+@pytest.mark.parametrize("path", PATHS)
+def test_an_input_no_operation_reads(driver, path):
+    """A model whose inputs are (x, u, y) where no operation reads u (valid: NNAPI lets an
+    input go unused): request input 2 is still y, whatever a converter that prunes u does with
+    the positions after it; out = x + y, and u is read by nobody."""
+    name = "float32"
+    t, scale, zero_point, dims = TYPES[name]
+    b = ModelBuilder()
+    x, u, y, out = (b.operand(t, dims, scale, zero_point) for _ in range(4))
+    b.operation(OperationType.ADD, [x, y, b.constant(T.INT32, 0)], [out])
+    model = b.build([x, u, y], [out])
+    prepared = prepare_or_skip(driver, model)
+    feeds = [*_feeds(name, 6), _feeds(name, 7)[0]]
+    feeds[1], feeds[2] = feeds[2], feeds[1]  # x, u, y: three different values
+    request, guards = _packed_request(model, feeds)
+    execute(prepared, request, path)
+    _check_packed(model, request, guards, feeds, f"{path} execution, inputs (x, unused u, y)")
+    check_outputs([feeds[0] + feeds[2]], read_outputs(model, request, [dims]), model)
 
 
 @pytest.mark.req("MEM-2", "EXE-2")

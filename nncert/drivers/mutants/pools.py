@@ -113,6 +113,29 @@ class InputsInOperandOrder(MutantDriver):
     prepared_class = Prepared
 
 
+class UnusedInputPruned(MutantDriver):
+    """Its converter prunes a model input that no operation reads, and binds the request's
+    inputs to what is left by position: the argument meant for the pruned input goes to the
+    next input of its type, and so on (the pruned one takes the last argument). Right for every
+    model whose inputs are all read (MEM-2)."""
+
+    name = "unused_input_pruned"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline=None, loop_timeout=None) -> tuple[list[OutputShape], Timing]:
+            sg = self.model.main
+            read = {i for op in sg.operations for i in op.inputs}
+            for p, idx in enumerate(sg.input_indexes[:-1]):
+                if idx not in read and sg.operands[sg.input_indexes[p + 1]].type is sg.operands[idx].type:
+                    inputs = [*request.inputs[:p], *request.inputs[p + 1:], request.inputs[p]]
+                    request = Request(inputs, request.outputs, request.pools)
+                    break
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class OutputsInOperandOrder(MutantDriver):
     """Writes the model's outputs into the request's output arguments in the order of their
     operand indexes, not the order the model lists them in (MEM-2)."""
@@ -223,6 +246,7 @@ MUTANT_INFO = (
     MutantInfo(InputsAtPoolStart, "MEM-2", suite="test_pools.py", args=("-k", "row_major")),
     MutantInfo(InputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
     MutantInfo(OutputsInOperandOrder, "MEM-2", suite="test_pools.py", args=("-k", "listed_order")),
+    MutantInfo(UnusedInputPruned, "MEM-2", suite="test_pools.py", args=("-k", "no_operation_reads and sync")),
     MutantInfo(UnaryInPlace, "MEM-2", suite="test_operations.py",
                args=("-k", "TANH-float32-s0 and not relaxed and not dynamic")),
     MutantInfo(MmapFdAtFileStart, "MEM-3", suite="test_pools.py", args=("-k", "mmap_fd and not burst")),

@@ -345,8 +345,27 @@ class TrailingInputsOptional(MutantDriver):
     prepared_class = Prepared
 
 
+class PaddingRefused(MutantDriver):
+    """Predates HAL 1.3's padding field and refuses, with INVALID_ARGUMENT, every request that
+    gives an argument padding (offset + length + padding within its pool is valid): requests
+    without padding are right (VAL-1, MEM-2)."""
+
+    name = "padding_refused"
+
+    class Prepared(MutantPreparedModel):
+        def check_request(self, request: Request) -> None:
+            padded = [a for a in (*request.inputs, *request.outputs) if a.location.padding]
+            if padded:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"argument padding {padded[0].location.padding} "
+                                                             f"is not supported")
+            super().check_request(request)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
+    MutantInfo(PaddingRefused, "VAL-1", suite="test_pools.py", args=("-k", "with_padding and sync")),
     MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
