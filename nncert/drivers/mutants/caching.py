@@ -160,6 +160,40 @@ class CacheWallClockDeadline(MutantDriver):
         return super().prepare_model_from_cache(None, model_cache, data_cache, token)
 
 
+class CacheDeadlineIn32Bits(MutantDriver):
+    """prepare_model_from_cache converts the time left to its deadline to a signed 32-bit count
+    of milliseconds: a deadline more than 24.8 days away (the unlimited one among them) comes
+    out as INT32_MIN, long past, and the cache hit is refused with MISSED_DEADLINE_TRANSIENT (EXE-10). Nearer
+    deadlines, prepare_model and executions are right."""
+
+    name = "cache_deadline_in_32_bits"
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        if deadline is not None:
+            left_ms = (deadline - time.monotonic_ns()) / 1e6
+            # x86's conversion of a double beyond int32 gives INT32_MIN ("integer indefinite")
+            left = int(left_ms) if -2**31 <= left_ms < 2**31 else -2**31
+            if left <= 0:
+                raise HalError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed before loading")
+        return super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
+
+
+class CacheInOperandOrder(MutantDriver):
+    """The cache's serializer writes the main subgraph's input and output lists sorted by operand
+    index: a model from cache binds the request's arguments in operand order, not in the order
+    the model lists them, so a model listing a later operand first gets its arguments swapped
+    (CACHE-1, MEM-2). Compiled models are right."""
+
+    name = "cache_in_operand_order"
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        prepared = super().import_compiled(model_cache, data_cache)
+        main = prepared.model.main
+        main.input_indexes, main.output_indexes = sorted(main.input_indexes), sorted(main.output_indexes)
+        return prepared
+
+
 class AssertsDataCache(MutantDriver):
     """Keeps a checksum of each data cache it wrote and asserts it on loading: a tampered data
     cache kills the driver (an assertion) where at worst wrong values are allowed (CACHE-3)."""
@@ -384,6 +418,10 @@ MUTANT_INFO = (
     MutantInfo(PadsToken, "VAL-1", suite="test_caching.py", args=("-k", "wrong_length")),
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
+    MutantInfo(CacheDeadlineIn32Bits, "EXE-10", suite="test_caching.py",
+               args=("-k", "from_cache_with_a_past_deadline")),
+    MutantInfo(CacheInOperandOrder, "CACHE-1", suite="test_caching.py",
+               args=("-k", "save_and_retrieve and listed_against")),
     MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
     MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
     MutantInfo(CachedModelSyncOnly, "EXE-1", suite="test_caching.py", args=("-k", "every_path")),
