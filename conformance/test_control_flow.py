@@ -31,6 +31,8 @@ from nncert.testing.control_flow_models import (
     doubling_while_model,
     dynamic_if_golden,
     dynamic_if_model,
+    fibonacci_while_golden,
+    fibonacci_while_model,
     if_golden,
     if_model,
 )
@@ -248,6 +250,21 @@ def test_loop_timeout_counts_from_each_execution(driver):
                         f"{FEW_TURNS_LOOP_TIMEOUT_NS // 10**6} ms loop timeout, {PREPARED_AGE_S} s after "
                         f"preparation, failed: {e}")
         check_outputs([counting_while_golden(100, 0, 3)], read_outputs(model, request, [(1,)]), model)
+
+
+@pytest.mark.req("EXE-9")
+@pytest.mark.parametrize("path", PATHS)
+def test_while_updates_its_values_together(driver, path):
+    """A WHILE body's outputs all come from the values the turn started with: (a, b) -> (b,
+    a + b) from (2, 3), six turns, ends at (34, 55) (a driver that updates its loop-carried
+    values in place, one after the other, adds the new a to b)."""
+    model = fibonacci_while_model()
+    feeds = [np.array([v], np.int32) for v in (2, 3, 0, 6)]
+    try:
+        _, got = _run(driver, model, feeds, path)
+    except HalError as e:
+        pytest.fail(f"EXE-9: a {path} run of the Fibonacci WHILE failed: {e}")
+    check_outputs(fibonacci_while_golden(2, 3, 0, 6), got, model)
 
 
 @pytest.mark.req("EXE-9")

@@ -153,3 +153,32 @@ def doubling_while_golden(x: np.ndarray, n: int) -> list[np.ndarray]:
     while n < 4:
         x, n = np.concatenate([x, x]), n + 1
     return [x, np.array([n], np.int32)]
+
+
+def fibonacci_while_model() -> Model:
+    """WHILE over (a, b: input-output, i: state-only, n: input-only), all TENSOR_INT32[1]:
+    while i < n: (a, b) = (b, a + b); i += 1. Outputs: a, b. Each new value reads the other's
+    old one, so a driver that updates loop-carried values in place, one after another, gets
+    b = 2 * b' (the new a added to itself) from the first turn on."""
+    c = ModelBuilder()
+    ca, cb, ci, cn = (c.operand(T.TENSOR_INT32, ONE) for _ in range(4))
+    keep_going = c.operand(T.TENSOR_BOOL8, ONE)
+    c.operation(Op.LESS, [ci, cn], [keep_going])
+    b = ModelBuilder()
+    ba, bb, bi, bn = (b.operand(T.TENSOR_INT32, ONE) for _ in range(4))
+    total = _add(b, Op.ADD, ba, bb)
+    new_a = _add(b, Op.ADD, bb, b.constant(T.TENSOR_INT32, [0]))  # b itself: an input cannot be an output
+    next_i = _add(b, Op.ADD, bi, b.constant(T.TENSOR_INT32, [1]))
+    m = ModelBuilder()
+    a, b_, i, n = (m.operand(T.TENSOR_INT32, ONE) for _ in range(4))
+    out_a, out_b = m.operand(T.TENSOR_INT32, ONE), m.operand(T.TENSOR_INT32, ONE)
+    cond = m.subgraph(c, [ca, cb, ci, cn], [keep_going])
+    body = m.subgraph(b, [ba, bb, bi, bn], [new_a, total, next_i])
+    m.operation(Op.WHILE, [cond, body, a, b_, i, n], [out_a, out_b])
+    return m.build([a, b_, i, n], [out_a, out_b])
+
+
+def fibonacci_while_golden(a: int, b: int, i: int, n: int) -> list[np.ndarray]:
+    while i < n:
+        a, b, i = b, a + b, i + 1
+    return [np.array([a], np.int32), np.array([b], np.int32)]

@@ -3,7 +3,8 @@ wrong where a model output is also read by another operation
 (conformance/test_operations.py::test_operation_output_consumed finds it: NNAPI lets an
 operation's output be a model output and another operation's input), one wrong where a
 referenced subgraph lists its inputs against the order of their operand indexes
-(conformance/test_control_flow.py finds it), and one that sorts operations listed out of
+and one that updates a WHILE's loop-carried values in place (conformance/test_control_flow.py
+finds them), and one that sorts operations listed out of
 execution order where it must reject them (conformance/test_validation.py finds it)."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import numpy as np
 from nncert.drivers.base import PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo
 from nncert.hal.model import Model
-from nncert.hal.types import OperandLifeTime
+from nncert.hal.types import OperandLifeTime, OperationType
+from nncert.ops.control_flow import referenced_subgraph
+from nncert.ops.interpreter import run_subgraph
 
 
 class FusedOutputDropped(MutantDriver):
@@ -88,8 +91,38 @@ class SortsOperations(MutantDriver):
         return super().prepare_model(self._sorted(model)[0], *args, **kwargs)
 
 
+class WhileInPlace(MutantDriver):
+    """Lowers a WHILE of the main subgraph with its loop-carried values in place: each turn
+    writes the body's outputs one after the other into the values' storage, so an output
+    computed after another reads that other's new value ((a, b) -> (b, a + b) gives
+    (b, 2 * b)). Right for every body whose later outputs do not read an earlier-written value
+    (a counter and a total) (EXE-9). The reference runs first, so that deadlines and loop
+    timeouts hold as they do there."""
+
+    name = "while_in_place"
+    MAX_TURNS = 10_000
+
+    def run(self, model: Model, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        outputs = super().run(model, inputs)
+        main = model.main
+        whiles = [op for op in main.operations if op.type is OperationType.WHILE]
+        if len(main.operations) != 1 or not whiles or list(whiles[0].outputs) != list(main.output_indexes) \
+                or any(i not in main.input_indexes for i in whiles[0].inputs[2:]):
+            return outputs
+        op = whiles[0]
+        cond, body = (referenced_subgraph(model, main, i) for i in op.inputs[:2])
+        values = [inputs[main.input_indexes.index(i)] for i in op.inputs[2:]]
+        for _ in range(self.MAX_TURNS):
+            if not bool(np.asarray(run_subgraph(model, cond, values)[0]).reshape(-1)[0]):
+                break
+            for j in range(len(body.output_indexes)):  # one output at a time, in place
+                values[j] = run_subgraph(model, body, values)[j]
+        return [np.asarray(v) for v in values[:len(op.outputs)]]
+
+
 MUTANT_INFO = (
     MutantInfo(FusedOutputDropped, "ACC-6", suite="test_operations.py", args=("-k", "output_consumed")),
     MutantInfo(SubgraphsInOperandOrder, "EXE-9", suite="test_control_flow.py", args=("-k", "listed_against")),
     MutantInfo(SortsOperations, "VAL-1", suite="test_validation.py", args=("-k", "execution_order")),
+    MutantInfo(WhileInPlace, "EXE-9", suite="test_control_flow.py", args=("-k", "together and sync")),
 )
