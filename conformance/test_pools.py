@@ -280,6 +280,34 @@ def test_constants_at_their_offsets(driver, kind):
             pytest.fail(f"MEM-1: constants in operandValues and a {kind} pool, run {seed - 4}: {e}")
 
 
+@pytest.mark.req("MEM-1", "MEM-3")
+@pytest.mark.parametrize("kind", KINDS)
+def test_constants_in_a_second_pool(driver, kind):
+    """The constants model with its last two pool constants moved into a second pool of
+    ``kind``, the first of them at offset 0: NNAPI lets a model's constants live in several
+    pools, and a driver reading every CONSTANT_REFERENCE from pool 0 (where the first
+    constant also starts at 0) passes test_constants_at_their_offsets."""
+    model = _constants_model(kind)
+    refs = [o for o in model.main.operands if o.lifetime is L.CONSTANT_REFERENCE]
+    moved = refs[1:]
+    second = Memory.create(sum(o.location.length for o in moved), kind)
+    offset = 0
+    for o in moved:
+        data = model.constant_bytes(o)
+        second.view()[offset:offset + len(data)] = data
+        o.location = DataLocation(1, offset, len(data))
+        offset += len(data)
+    model.pools.append(second)
+    prepared = prepare_or_skip(driver, model)
+    x = np.random.default_rng(7).uniform(-2, 2, CONST_DIMS).astype(np.float32)
+    request = build_request(model, [x], pool_kind=kind)
+    execute(prepared, request)
+    try:
+        check_outputs(run_model(model, [x]), read_outputs(model, request, [CONST_DIMS]), model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"MEM-1: constants in two {kind} pools, two of them in the second: {e}")
+
+
 # -- output buffers too small (EXE-5) -----------------------------------------------------------
 
 @pytest.mark.req("EXE-5")

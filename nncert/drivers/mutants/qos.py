@@ -10,8 +10,9 @@ import numpy as np
 
 from nncert.drivers.base import Deadline, PreparedModel
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
+from nncert.hal.errors import HalError
 from nncert.hal.model import Model
-from nncert.hal.types import ExecutionPreference, Priority
+from nncert.hal.types import ErrorStatus, ExecutionPreference, Priority
 from nncert.ops.interpreter import run_model
 
 
@@ -66,7 +67,29 @@ class LowPriorityHalfPrecision(_HalfPrecisionWhen):
         return priority == Priority.LOW
 
 
+class RefusedHintsKept(MutantDriver):
+    """Programs the device queue with a preparation's priority and preference before checking
+    them: a preparation refused for a value out of range (INVALID_ARGUMENT, as it must be)
+    leaves the queue holding it, and the next preparation, whatever it asks, fails with
+    GENERAL_FAILURE before the queue is reset (VAL-1: a refused call must change nothing)."""
+
+    name = "refused_hints_kept"
+    queue_bad = False
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        if self.queue_bad:
+            self.queue_bad = False
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "the device queue holds an invalid hint")
+        self.queue_bad = priority not in list(Priority) or preference not in list(ExecutionPreference)
+        return super().prepare_model(model, preference, priority, deadline, model_cache, data_cache, token)
+
+
 MUTANT_INFO = (
     MutantInfo(LowPowerHalfPrecision, "ACC-1", suite="test_qos.py", args=("-k", "every_preference")),
     MutantInfo(LowPriorityHalfPrecision, "ACC-1", suite="test_qos.py", args=("-k", "every_priority")),
+    MutantInfo(RefusedHintsKept, "VAL-1", suite="test_validation.py", args=("-k", "bad_priority")),
 )
