@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from nncert.drivers.base import Burst, Deadline
+from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, SyncFence
 from nncert.drivers.memory_domain import DeviceBuffer, MemoryDomain, Snapshot, lookup
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.drivers.reference import ReferenceDriver
@@ -343,6 +344,74 @@ class ReleasedTokensLive(MutantDriver):
     memory_domain = _HoldingDomain()
 
 
+@contextlib.contextmanager
+def _roles_unchecked(request: Request) -> Iterator[None]:
+    """For the duration of a call, the buffers ``request`` names accept any role (a path that
+    skips the role check)."""
+    buffers = []
+    for pool in request.pools:
+        if not isinstance(pool, Memory):
+            try:
+                buffers.append(lookup(pool))
+            except HalError:
+                pass  # an unknown token is still refused
+    checked = [b.check_roles for b in buffers]
+    for b in buffers:
+        b.check_roles = False
+    try:
+        yield
+    finally:
+        for b, c in zip(buffers, checked, strict=True):
+            b.check_roles = c
+
+
+class FastFenceSkipsRoles(MutantDriver):
+    """A fenced execution with nothing to wait for runs inside the call on a fast path that
+    never checks the roles of the buffers its request names: a buffer allocated as an input
+    serves as an output, one of another prepared model as either (MEM-4). Every other path
+    checks them."""
+
+    name = "fast_fence_skips_roles"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                           measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                           loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                           ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+            if wait_for:
+                return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                              timeout_after_fence)
+            with _roles_unchecked(request):
+                return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                              timeout_after_fence)
+
+    prepared_class = Prepared
+
+
+class WarmBurstSkipsRoles(MutantDriver):
+    """A burst whose slots all hold their memories already takes a warm path that never checks
+    the roles of the buffers the request names (it checked them when the slots were new, for
+    whatever request brought them): a warm run with a buffer in a role it was not allocated
+    for goes through (MEM-4)."""
+
+    name = "warm_burst_skips_roles"
+
+    class WarmBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if not all(s in self.slots for s in slots):
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            with _roles_unchecked(request):
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return WarmBurstSkipsRoles.WarmBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresRoles, "MEM-4", suite="test_memory_domains.py"),
     MutantInfo(StaleHostCopy, "MEM-5", suite="test_memory_domains.py", args=("-k", "copies_and_executions")),
@@ -361,4 +430,8 @@ MUTANT_INFO = (
     MutantInfo(EmptyDynamicCopyTo, "MEM-5", suite="test_memory_domains.py",
                args=("-k", "copy_to_uninitialised")),
     MutantInfo(ReleasedTokensLive, "MEM-4", suite="test_memory_domains.py", args=("-k", "released_buffer")),
+    MutantInfo(FastFenceSkipsRoles, "MEM-4", suite="test_memory_domains.py",
+               args=("-k", "wrong_role and fenced-no-wait")),
+    MutantInfo(WarmBurstSkipsRoles, "MEM-4", suite="test_memory_domains.py",
+               args=("-k", "wrong_role and burst-warm")),
 )
