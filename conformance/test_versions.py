@@ -4,10 +4,13 @@ decline an operation, never call the model invalid), and rejects with INVALID_AR
 an object valid in a newer version is not valid in an older one.
 
 The models: for each version after 1.0, the catalogue's first operation variant that version
-introduced, a HAL 1.0 model that allows relaxed computation (a HAL 1.1 field), and a WHILE loop
-(HAL 1.3 control flow). On a driver of the newest level every model is one it must take."""
+introduced, a HAL 1.0 model that allows relaxed computation (a HAL 1.1 field), one whose output
+has unknown dimensions (HAL 1.2), and a WHILE loop (HAL 1.3 control flow). On a driver of the
+newest level every model is one it must take."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -32,8 +35,18 @@ def _first_of_each_version() -> dict[str, object]:
     models = {f"{v.label}-{key[0].name}-{key[2].label}": (lambda k=key: sample_case(*k).model()[0])
               for v, key in sorted(found.items())}
     models["1.1-relaxed-ADD"] = _relaxed_add
+    models["1.2-dynamic-output-ADD"] = _dynamic_output_add
     models["1.3-WHILE"] = counting_while_model
     return models
+
+
+def _dynamic_output_add() -> Model:
+    """x + y (HAL 1.0) whose output's dimensions are left unknown, which HAL 1.2 introduced
+    for model outputs (EXE-6)."""
+    model = add_model()
+    out = model.main.output_indexes[0]
+    model.main.operands[out] = dataclasses.replace(model.main.operands[out], dimensions=(0, 0))
+    return model
 
 
 def _relaxed_add() -> Model:

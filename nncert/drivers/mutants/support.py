@@ -5,6 +5,7 @@ driver that takes HAL 1.3 models (VER-1)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -141,6 +142,41 @@ class Hal10DropsRelaxed(MutantDriver):
                                      data_cache, token)
 
 
+def _outputs_inferred(model: Model) -> Model:
+    """``model`` with each main output of unknown dimensions given its first input's (the
+    shape an element-wise graph infers for it)."""
+    main = model.main
+    unknown = [i for i in main.output_indexes if not main.operands[i].fully_specified]
+    if not unknown or not main.input_indexes:
+        return model
+    model = model.copy()
+    dims = model.main.operands[model.main.input_indexes[0]].dimensions
+    for i in unknown:
+        model.main.operands[i] = dataclasses.replace(model.main.operands[i], dimensions=dims)
+    return model
+
+
+class Hal11InfersOutputs(MutantDriver):
+    """A HAL 1.1 driver that infers the shapes of the model's outputs (from its input's, as for
+    an element-wise graph) before it validates the model: a model whose output has unknown
+    dimensions, which only HAL 1.2 defines, is claimed and prepared where it must be called
+    invalid (VER-1)."""
+
+    name = "hal11_infers_outputs"
+    feature_level = Version.V1_1
+
+    def supported_operations(self, model: Model) -> list[bool]:
+        return super().supported_operations(_outputs_inferred(model))
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        return super().prepare_model(_outputs_inferred(model), preference, priority, deadline, model_cache,
+                                     data_cache, token)
+
+
 class SupportKeptByOperationTypes(MutantDriver):
     """Keeps each supported_operations answer by the model's list of operation types (the
     answer depends on them, the vendor reasoned) and gives it again for any model of the same
@@ -167,4 +203,5 @@ MUTANT_INFO = (
     MutantInfo(SupportKeptByOperationTypes, "VAL-1", suite="test_validation.py",
                args=("-k", "mutated_model and ADD-float32")),
     MutantInfo(Hal10DropsRelaxed, "VER-1", suite="test_versions.py", args=("-k", "relaxed")),
+    MutantInfo(Hal11InfersOutputs, "VER-1", suite="test_versions.py", args=("-k", "dynamic")),
 )
