@@ -41,8 +41,9 @@ OPERANDS = {
     "quant8": (T.TENSOR_QUANT8_ASYMM, 0.5, 3, T.TENSOR_QUANT8_ASYMM_SIGNED),
 }
 TYPES = list(OPERANDS)
-#: The paths a buffer's roles are checked on: every path, the shortcuts a driver may take (a
-#: warm burst, a fenced execution with nothing to wait for) among them.
+#: The paths every use of a buffer is checked on (its roles, whether it holds a value): every
+#: path, the shortcuts a driver may take (a warm burst, a fenced execution with nothing to wait
+#: for) among them.
 ROLE_PATHS = [*PATHS, *FAST_PATHS]
 #: Fenced executions cannot report output shapes: the VTS leaves them out of dynamic cases.
 SHAPE_PATHS = [p for p in PATHS if p != "fenced"]
@@ -553,7 +554,7 @@ def test_execution_wrong_role(domains, name, path):
 
 
 @pytest.mark.req("MEM-4", "MEM-5")
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", ROLE_PATHS)
 @pytest.mark.parametrize("name", TYPES)
 def test_execution_uninitialised_then_initialised(domains, name, path):
     """An uninitialised buffer cannot be read; written as an output, it holds the result."""

@@ -22,6 +22,7 @@ from nncert.hal.model import (
     Request,
     RequestArgument,
     Timing,
+    dtype_of,
 )
 from nncert.hal.types import ErrorStatus, MeasureTiming
 
@@ -388,6 +389,36 @@ class FastFenceSkipsRoles(MutantDriver):
     prepared_class = Prepared
 
 
+class FastFenceReadsUninitialised(MutantDriver):
+    """A fenced execution with nothing to wait for runs inside the call on a fast path that
+    takes an uninitialised buffer input (one of fixed dimensions) for zeros, where reading it
+    must fail (MEM-4); the zeros stay in the buffer. Every other path refuses it."""
+
+    name = "fast_fence_reads_uninitialised"
+
+    class Prepared(MutantPreparedModel):
+        def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence] = (),
+                           measure: MeasureTiming = MeasureTiming.NO, deadline: Deadline = None,
+                           loop_timeout: int | None = None, timeout_after_fence: int | None = None
+                           ) -> tuple[SyncFence | None, FencedExecutionCallback]:
+            if not wait_for:
+                for arg in request.inputs:
+                    pool = None if arg.has_no_value else request.pools[arg.location.pool_index]
+                    if pool is None or isinstance(pool, Memory):
+                        continue
+                    try:
+                        buffer = lookup(pool)
+                    except HalError:
+                        continue  # an unknown token is still refused
+                    if buffer.snapshot() is None and all(buffer.dimensions):
+                        size = math.prod(buffer.dimensions) * dtype_of(buffer.type).itemsize
+                        buffer.store(bytes(size), tuple(buffer.dimensions))
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout,
+                                          timeout_after_fence)
+
+    prepared_class = Prepared
+
+
 class WarmBurstSkipsRoles(MutantDriver):
     """A burst whose slots all hold their memories already takes a warm path that never checks
     the roles of the buffers the request names (it checked them when the slots were new, for
@@ -430,6 +461,8 @@ MUTANT_INFO = (
     MutantInfo(EmptyDynamicCopyTo, "MEM-5", suite="test_memory_domains.py",
                args=("-k", "copy_to_uninitialised")),
     MutantInfo(ReleasedTokensLive, "MEM-4", suite="test_memory_domains.py", args=("-k", "released_buffer")),
+    MutantInfo(FastFenceReadsUninitialised, "MEM-4", suite="test_memory_domains.py",
+               args=("-k", "uninitialised_then and fenced-no-wait")),
     MutantInfo(FastFenceSkipsRoles, "MEM-4", suite="test_memory_domains.py",
                args=("-k", "wrong_role and fenced-no-wait")),
     MutantInfo(WarmBurstSkipsRoles, "MEM-4", suite="test_memory_domains.py",
