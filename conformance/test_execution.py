@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import zlib
@@ -497,6 +498,27 @@ def test_interleaved_prepared_models(driver):
             execute(p, request, "sync")
             check_outputs(case.expected, _raw_outputs(model, request, case), model)
     del prepared
+
+
+@pytest.mark.req("DRV-4", "DRV-5")
+@pytest.mark.parametrize("released", ["first", "second"])
+def test_prepared_models_of_one_model_outlive_each_other(driver, released):
+    """Two prepared models of the same model are two prepared models: releasing either (all
+    references dropped, collected) leaves the other running right on every path (a driver
+    that shares one compiled object between them must count its users)."""
+    case, model, feeds, first = _prepared_case(driver, CASES[0].values[0])
+    pair = [first, prepare_or_skip(driver, model)]
+    kept = pair[1] if released == "first" else pair[0]
+    del first, pair
+    gc.collect()
+    for path in PATHS:
+        request = build_request(model, feeds)
+        try:
+            execute(kept, request, path)
+        except HalError as e:
+            pytest.fail(f"DRV-5: once the {released} of two prepared models of one model was released, "
+                        f"a {path} execution of the other failed: {e}")
+        check_outputs(case.expected, _raw_outputs(model, request, case), model)
 
 
 def _add_chain(dims_model, dims_internal):

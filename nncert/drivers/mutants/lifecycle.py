@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nncert.drivers.base import Buffer, Burst, Deadline, ExecutionResult, PreparedModel
+from nncert.drivers.caching import export_model
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
 from nncert.hal.model import (
@@ -230,6 +231,38 @@ class LeaksFailedJobs(MutantDriver):
     prepared_class = Prepared
 
 
+class SharedCompiledModel(MutantDriver):
+    """Compiles each model once: prepared models of the same model (the same bytes) share one
+    compiled object, which the release of any of them frees. The others then fail every
+    execution with GENERAL_FAILURE (DRV-4, DRV-5: each prepared model lives until its own
+    release). Prepared models of different models are right."""
+
+    name = "shared_compiled_model"
+
+    def __init__(self, state_dir: str | None = None, **options: str) -> None:
+        super().__init__(state_dir, **options)
+        self.freed: set[bytes] = set()
+
+    def compiled(self, model: Model, prepared: PreparedModel) -> PreparedModel:
+        key = b"".join(export_model(model))
+        prepared.key = key  # type: ignore[attr-defined]
+        self.freed.discard(key)  # compiled afresh
+        weakref.finalize(prepared, self.freed.add, key)
+        return prepared
+
+    class Prepared(MutantPreparedModel):
+        key = b""
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            if self.key in self.driver.freed:  # type: ignore[attr-defined]
+                raise HalError(ErrorStatus.GENERAL_FAILURE, "the compiled model was freed")
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+    prepared_class = Prepared
+
+
 class UnknownDeviceType(MutantDriver):
     """Answers getType with 0, DeviceType::UNKNOWN, the runtime's placeholder for a device it
     has not asked yet, instead of OTHER, CPU, GPU or ACCELERATOR (DRV-1)."""
@@ -289,6 +322,7 @@ MUTANT_INFO = (
     MutantInfo(LazyAsyncWorkers, "DRV-6", suite="test_lifecycle.py", args=("-k", "first_execution")),
     MutantInfo(LeaksFailedJobs, "DRV-5", suite="test_lifecycle.py", args=("-k", "failed_calls")),
     MutantInfo(KeepsCacheHandles, "DRV-5", suite="test_lifecycle.py", args=("-k", "released_models")),
+    MutantInfo(SharedCompiledModel, "DRV-5", suite="test_execution.py", args=("-k", "outlive_each_other")),
     MutantInfo(UnknownDeviceType, "DRV-1", suite="test_lifecycle.py", args=("-k", "device_type")),
     MutantInfo(ResetByFailedPreparation, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
     MutantInfo(CachingOffAfterFailedLoad, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
