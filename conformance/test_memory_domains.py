@@ -298,11 +298,23 @@ def _expect_copy(call, expected: ErrorStatus, what: str, req: str = "MEM-5") -> 
 @pytest.mark.req("MEM-5")
 @pytest.mark.parametrize("name", TYPES)
 def test_copy_from_bad_size(domains, name):
+    """INVALID_ARGUMENT, and the refused copy changes nothing: an uninitialised buffer stays
+    uninitialised (copy_to fails), an initialised one keeps its contents."""
     buffer, _ = _allocate(domains, _prepare(domains, _relu_model(name)))
     size = _nbytes(name)
     for bad in (size // 2, size * 2):
         _expect_copy(partial(buffer.copy_from, _memory(bad)), INVALID,
                      f"copy_from a {bad}-byte memory into a {size}-byte buffer")
+    _expect_copy(partial(buffer.copy_to, _memory(size)), FAILURE,
+                 "copy_to from a buffer whose only copy_from was refused (still uninitialised)")
+    data = _initialise(buffer, name)
+    for bad in (size // 2, size * 2):
+        _expect_copy(partial(buffer.copy_from, _memory(bad)), INVALID,
+                     f"copy_from a {bad}-byte memory into an initialised {size}-byte buffer")
+    out = _memory(size)
+    buffer.copy_to(out)
+    if not np.array_equal(_read(out, name), data):
+        pytest.fail("MEM-5: a refused copy_from changed what the buffer held")
 
 
 @pytest.mark.req("MEM-5", "MEM-6")

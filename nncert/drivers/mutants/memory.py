@@ -366,6 +366,25 @@ def _roles_unchecked(request: Request) -> Iterator[None]:
             b.check_roles = c
 
 
+class _ClearingBuffer(DeviceBuffer):
+    def copy_from(self, source: Memory, dimensions: Sequence[int] = ()) -> None:
+        if self.snapshot() is None and all(self.dimensions):
+            # the DMA engine clears the buffer before the size check that refuses the copy
+            size = math.prod(self.dimensions) * dtype_of(self.type).itemsize
+            self.store(bytes(size), tuple(self.dimensions))
+        super().copy_from(source, dimensions)
+
+
+class RefusedCopyInitialises(MutantDriver):
+    """copy_from clears an uninitialised buffer of fixed dimensions before it checks the
+    source's size: a copy_from it refuses (INVALID_ARGUMENT, as it must) leaves the buffer
+    initialised, holding zeros, where a refused call must change nothing and copy_to must
+    still fail (MEM-5)."""
+
+    name = "refused_copy_initialises"
+    memory_domain = _BufferDomain(_ClearingBuffer)
+
+
 class FastFenceSkipsRoles(MutantDriver):
     """A fenced execution with nothing to wait for runs inside the call on a fast path that
     never checks the roles of the buffers its request names: a buffer allocated as an input
@@ -461,6 +480,8 @@ MUTANT_INFO = (
     MutantInfo(EmptyDynamicCopyTo, "MEM-5", suite="test_memory_domains.py",
                args=("-k", "copy_to_uninitialised")),
     MutantInfo(ReleasedTokensLive, "MEM-4", suite="test_memory_domains.py", args=("-k", "released_buffer")),
+    MutantInfo(RefusedCopyInitialises, "MEM-5", suite="test_memory_domains.py",
+               args=("-k", "copy_from_bad_size and not dynamic")),
     MutantInfo(FastFenceReadsUninitialised, "MEM-4", suite="test_memory_domains.py",
                args=("-k", "uninitialised_then and fenced-no-wait")),
     MutantInfo(FastFenceSkipsRoles, "MEM-4", suite="test_memory_domains.py",
