@@ -313,6 +313,34 @@ def test_model_from_cache_runs_on_every_path(caching_driver, tmp_path):
         "EXE-3: the model prepared from cache a second time differs from the compiled model"
 
 
+@pytest.mark.req("CACHE-1", "EXE-3")
+def test_model_from_cache_reads_its_scalar_inputs_every_run(caching_driver, tmp_path):
+    """ADD(x, y, activation) with the activation a model input, saved and prepared from cache:
+    each run applies the activation its request gives (NONE, RELU1, RELU6 in turn on the same
+    inputs), as the compiled model does; a cache that folds the first run's scalars in does
+    not."""
+    b = ModelBuilder()
+    x, y, out = (b.operand(T.TENSOR_FLOAT32, (2, 3)) for _ in range(3))
+    act = b.operand(T.INT32)
+    b.operation(OperationType.ADD, [x, y, act], [out])
+    model = b.build([x, y, act], [out])
+    _supported_or_skip(caching_driver, model)
+    files, token = CacheFiles(tmp_path, caching_driver), _token()
+    _save(caching_driver, model, files, token)
+    status, cached = _from_cache(caching_driver, files, token)
+    assert status is ErrorStatus.NONE, f"CACHE-1: prepare_model_from_cache after saving gave {status.name}"
+    rng = np.random.default_rng(4)
+    a, c = (rng.uniform(-5, 5, (2, 3)).astype(np.float32) for _ in range(2))
+    for code, (lo, hi) in ((0, (-np.inf, np.inf)), (2, (-1, 1)), (3, (0, 6))):
+        request = build_request(model, [a, c, np.array(code, np.int32)])
+        execute(cached, request, "sync")
+        try:
+            check_outputs([np.clip(a + c, lo, hi).astype(np.float32)], read_outputs(model, request, [(2, 3)]),
+                          model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"CACHE-1: the model from cache with activation {code} given at run time: {e}")
+
+
 @pytest.mark.req("CACHE-1", "EXE-6")
 def test_save_and_retrieve_unknown_dimensions(caching_driver, tmp_path):
     """A model of unknown batch, saved and prepared from cache: the cached model keeps the

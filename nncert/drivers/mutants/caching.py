@@ -194,6 +194,30 @@ class CacheInOperandOrder(MutantDriver):
         return prepared
 
 
+class CachedScalarsFolded(MutantDriver):
+    """A model prepared from cache is compiled from the cache's graph on its first execution,
+    which folds the scalar inputs that execution gives (an activation code) in as constants:
+    later executions of it run with those values whatever they give (CACHE-1, EXE-3). Compiled
+    models read their scalar inputs every time."""
+
+    name = "cached_scalars_folded"
+
+    class FoldingPrepared(MutantPreparedModel):
+        folded: dict | None = None
+
+        def compute(self, inputs: list) -> list:
+            main = self.model.main
+            scalars = [p for p, idx in enumerate(main.input_indexes) if main.operands[idx].type.is_scalar]
+            if scalars:
+                if self.folded is None:
+                    self.folded = {p: inputs[p] for p in scalars}
+                inputs = [self.folded.get(p, x) for p, x in enumerate(inputs)]
+            return super().compute(inputs)
+
+    def import_compiled(self, model_cache: bytes, data_cache: bytes) -> PreparedModel:
+        return self.FoldingPrepared(super().import_compiled(model_cache, data_cache).model, self)
+
+
 class AssertsDataCache(MutantDriver):
     """Keeps a checksum of each data cache it wrote and asserts it on loading: a tampered data
     cache kills the driver (an assertion) where at worst wrong values are allowed (CACHE-3)."""
@@ -422,6 +446,7 @@ MUTANT_INFO = (
                args=("-k", "from_cache_with_a_past_deadline")),
     MutantInfo(CacheInOperandOrder, "CACHE-1", suite="test_caching.py",
                args=("-k", "save_and_retrieve and listed_against")),
+    MutantInfo(CachedScalarsFolded, "CACHE-1", suite="test_caching.py", args=("-k", "scalar_inputs_every")),
     MutantInfo(CachingPathNoDeadline, "EXE-10", suite="test_caching.py", args=("-k", "caches_and_a_past")),
     MutantInfo(SavedTokenShortcut, "VAL-1", suite="test_caching.py", args=("-k", "whose_token")),
     MutantInfo(CachedModelSyncOnly, "EXE-1", suite="test_caching.py", args=("-k", "every_path")),
