@@ -293,6 +293,16 @@ def test_own_range_edges_reach_their_ranges():
     for case in _cases_of("long_table"):
         lookups = np.asarray(next(ci.value for ci in case.inputs if ci.arg.name == "lookups"))
         assert (lookups >= 2**16).sum() >= 3, case.id
+    cases = _cases_of("long_axis")
+    assert {c.record.name for c in cases} == {"GATHER", "TOPK_V2", "CONCATENATION"}
+    for case in cases:
+        if case.record.name == "TOPK_V2":  # all but one returned index past 16 bits
+            idx = np.asarray(case.expected[1])
+            assert ((idx >= 2**16).sum(axis=-1) == idx.shape[-1] - 1).all(), case.id
+        elif case.record.name == "CONCATENATION":  # inputs after the first start past 16 bits
+            axis = int(next(ci.value for ci in case.inputs if ci.arg.name == "axis"))
+            first = next(ci for ci in case.inputs if ci.arg.name == "input")
+            assert first.operand.dimensions[axis] > 2**16, case.id
 
 
 @pytest.mark.req("ACC-1")
@@ -334,16 +344,32 @@ def test_long_sequence_edge_passes_8_bits():
         assert np.abs(np.take(out, range(256, steps), axis=axis)).max() > 0, case.id
 
 
+_BATCHED = {"CONV_2D", "DEPTHWISE_CONV_2D", "GROUPED_CONV_2D", "TRANSPOSE_CONV_2D", "FULLY_CONNECTED",
+            "BATCH_MATMUL", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"}
+
+
 @pytest.mark.req("ACC-1")
 def test_count_past_255_edge_passes_8_bits():
     """TILE's multiple, PAD's leading padding, SLICE's begin and TOPK_V2's returned index each
-    reach 256 or more in every count_past_255 case (the samplers' stay below 8)."""
+    reach 256 or more in every count_past_255 case (the samplers' stay below 8); the batched
+    operations' batch does, and the filtered ones' output channels (each per-channel filter
+    with a scale per channel, not all equal)."""
     cases = _cases_of("count_past_255")
-    assert {c.record.name for c in cases} == {"TILE", "PAD", "PAD_V2", "SLICE", "TOPK_V2"}
+    assert {c.record.name for c in cases} == {"TILE", "PAD", "PAD_V2", "SLICE", "TOPK_V2"} | _BATCHED
     for case in cases:
         ins = {ci.arg.name: np.asarray(ci.value) for ci in case.inputs if ci.value is not None}
         name = case.record.name
-        if name == "TILE":
+        if name in _BATCHED:
+            dims = case.outputs[0].dimensions
+            assert dims[0] > 256, case.id
+            if name != "BATCH_MATMUL" and "POOL" not in name:  # NHWC or NCHW
+                assert max(dims[1:]) > 256, case.id
+            f = next((ci.operand for ci in case.inputs if ci.operand is not None and
+                      ci.operand.channel_quant is not None), None)
+            if f is not None:
+                scales = np.asarray(f.channel_quant.scales)
+                assert scales.size > 256 and np.unique(scales).size > 256, case.id
+        elif name == "TILE":
             assert ins["multiples"].max() >= 256, case.id
         elif name in ("PAD", "PAD_V2"):
             assert ins["paddings"][:, 0].max() >= 256, case.id

@@ -259,6 +259,63 @@ def _long_conv_sample(s: SampleContext) -> None:
     _exact_floats(s, "input", "filter", "bias")
 
 
+#: The batch and the output channels of the count_past_255 cases: past 256, so that a batch
+#: counter or a table of per-channel scales held in 8 bits wraps (the samplers draw 1..4).
+PAST_255 = (257, 300)
+
+
+def _unit_window(s: SampleContext) -> None:
+    """1x1 windows at stride 1 without padding: a 1x1 input gives a 1x1 output."""
+    if s.signature.name == IMPLICIT:
+        s.scalar("padding", s.draw.choice((PADDING_SAME, PADDING_VALID)))
+    else:
+        for name in ("pad_left", "pad_right", "pad_top", "pad_bottom"):
+            s.scalar(name, 0)
+    s.scalar("stride_w", 1)
+    s.scalar("stride_h", 1)
+
+
+def _past_255_sample(kind: str):
+    """A batch of 257..300 1x1 images through 257..300 output channels (1x1 filters, depth 1
+    or 2): a driver counting batches in 8 bits, or holding 256 per-channel scales, gets the
+    channels (or the batches) past 255 wrong. ``kind``: the record's sampler it stands for."""
+
+    def sample(s: SampleContext) -> None:
+        n, c = s.draw.int(*PAST_255), s.draw.int(1, 2)
+        o = c * s.draw.int(-(-PAST_255[0] // c), PAST_255[1] // c)  # a multiple of c past 256
+        s.tensor("input", (n, 1, 1, c))
+        if kind == "transpose":
+            s.scalar("stride_w", 1)
+            s.scalar("stride_h", 1)
+            if s.signature.name == IMPLICIT:
+                s.scalar("padding", PADDING_VALID)
+                s.tensor("output_shape", (4,), value=np.array([n, 1, 1, o], np.int32), const=True)
+            else:
+                for name in ("pad_left", "pad_right", "pad_top", "pad_bottom"):
+                    s.scalar(name, 0)
+            s.scalar("layout", False)
+            _sample_filter_bias(s, (o, 1, 1, c), 0, o)
+            return
+        _unit_window(s)
+        if kind == "depthwise":
+            s.scalar("multiplier", o // c)
+            _sample_filter_bias(s, (1, 1, 1, o), 3, o)
+            return
+        if kind == "grouped":
+            s.scalar("groups", c)
+            s.scalar("layout", False)
+            _sample_filter_bias(s, (o, 1, 1, 1), 0, o)
+            return
+        _sample_filter_bias(s, (o, 1, 1, c), 0, o)
+
+    return sample
+
+
+def _past_255(kind: str) -> edges.Edge:
+    return edges.past_255(f"a batch of {PAST_255[0]}..{PAST_255[1]} 1x1 images into as many output "
+                          "channels (per-channel filters: one scale each)", sample=_past_255_sample(kind))
+
+
 # ---------------------------------------------------------------------------------------
 # DEPTHWISE_CONV_2D
 
@@ -503,6 +560,12 @@ def _long_fc_sample(s: SampleContext) -> None:
     _exact_floats(s, "input", "weights", "bias")
 
 
+def _fc_past_255(s: SampleContext) -> None:
+    n, units, size = s.draw.int(*PAST_255), s.draw.int(*PAST_255), s.draw.int(1, 4)
+    s.tensor("input", (n, size))
+    _sample_filter_bias(s, (units, size), 0, units, name="weights")
+
+
 _FC = Signature((Arg("input", ranks=(2, 3, 4), domain="unit"),
                  Arg("weights", ranks=(2,), domain="unit"),
                  Arg("bias", bias_type("T"), ranks=(1,), quant=bias_of("input", "weights")),
@@ -517,21 +580,22 @@ RECORDS = [
              _conv_kernel, _conv_shape, _conv_sample, criterion="conv", layout="layout",
              activation="act", check=_conv_check, min_version=_old_output_scale_rule(),
              edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE, edges.long_reduction(
-                 _long_conv_sample, f"3x3 windows of depth {LONG_DEPTH}: dot products of 4608 terms")),
+                 _long_conv_sample, f"3x3 windows of depth {LONG_DEPTH}: dot products of 4608 terms"),
+                 _past_255("conv")),
              doc="2-D convolution: output[b,i,j,o] = sum over the window and input channels of "
                  "input x filter[o], plus bias[o]"),
     OpRecord(Op.DEPTHWISE_CONV_2D,
              _window_sigs((Arg("multiplier", T.INT32),), (_LAYOUT_OPT, *_DILATION)),
              _conv_variants(Version.V1_0), _depthwise_kernel, _depthwise_shape, _depthwise_sample,
              criterion="conv", layout="layout", activation="act", check=_depthwise_check,
-             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE),
+             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE, _past_255("depthwise")),
              min_version=_old_output_scale_rule(),
              doc="depthwise 2-D convolution: each input channel k is convolved with its own "
                  "multiplier filters into output channels k * multiplier + q, plus bias"),
     OpRecord(Op.GROUPED_CONV_2D, _window_sigs((Arg("groups", T.INT32),), (_LAYOUT,)),
              _conv_variants(Version.V1_2), _grouped_kernel, _grouped_shape, _grouped_sample,
              criterion="conv", layout="layout", activation="act", check=_grouped_check,
-             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE),
+             edges=(*edges.WINDOW, edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE, _past_255("grouped")),
              doc="grouped 2-D convolution: input and output channels split into groups, each "
                  "group convolved separately, results concatenated, plus bias"),
     OpRecord(Op.TRANSPOSE_CONV_2D,
@@ -539,7 +603,8 @@ RECORDS = [
                                                   const=True),)),
              _conv_variants(Version.V1_2), _transpose_kernel, _transpose_shape, _transpose_sample,
              criterion="conv", layout="layout", activation="act", check=_transpose_check,
-             layout_vectors=("output_shape",), edges=(edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE,),
+             layout_vectors=("output_shape",),
+             edges=(edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE, _past_255("transpose")),
              doc="transpose (gradient) of CONV_2D: each input position adds input x filter into "
                  "a stride-spaced output window, cropped by the padding, plus bias"),
     OpRecord(Op.FULLY_CONNECTED, (_FC,),
@@ -548,7 +613,9 @@ RECORDS = [
              check=_fc_check, min_version=_old_output_scale_rule("weights"),
              edges=(edges.MULTIPLIER_ABOVE_ONE, edges.BIAS_WIDE,
                     edges.long_reduction(_long_fc_sample, f"input_size {LONG_FC}: dot products of "
-                                                          f"{LONG_FC} terms")),
+                                                          f"{LONG_FC} terms"),
+                    edges.past_255(f"a batch of {PAST_255[0]}..{PAST_255[1]} rows into as many units",
+                                   sample=_fc_past_255)),
              doc="fully connected layer: input flattened to [batch, input_size] times weights' "
                  "transpose, plus bias"),
 ]

@@ -630,6 +630,30 @@ def _wide_rows(s: SampleContext) -> None:
     s.scalar("k", s.draw.int(4, 12))
 
 
+#: Length of the long TOPK_V2 rows: past 2**16, so that an index held in 16 bits wraps.
+TOPK_LONG_ROW = 70_000
+
+
+def _long_row(s: SampleContext) -> None:
+    """One or two rows of TOPK_LONG_ROW values, k of 4..8: the k largest distinct, above every
+    other value, all but one of them past index 65536 (the other below it)."""
+    rows, n, k = s.draw.int(1, 2), TOPK_LONG_ROW, s.draw.int(4, 8)
+    t = s.type("input")
+    if t.is_quant or t is _I32:
+        lo, hi = t.quant_range if t.is_quant else (-50, 50)
+        x = s.draw.integers((rows, n), lo, hi - k)  # stored values
+        top = np.arange(hi - k + 1, hi + 1)
+    else:
+        x = s.draw.array((rows, n), -2.0, 1.0)
+        top = 1.0 + np.arange(1, k + 1) * 0.125
+    for r in range(rows):
+        at = [*s.draw.integers((2 * k,), 1 << 16, n - 1), s.draw.int(0, (1 << 16) - 1)]
+        at = [*list(dict.fromkeys(int(a) for a in at[:-1]))[:k - 1], int(at[-1])]
+        x[r, at] = top[np.argsort(s.draw.array((k,), 0.0, 1.0))][:len(at)]
+    s.tensor("input", (rows, n), value=x.astype(np.int32) if t is _I32 else x)
+    s.scalar("k", k)
+
+
 _TOPK_EDGES = (
     edges.Edge("ties", "selection", "rows of repeated values: equal values come out larger "
                "index first (NNAPI's rule)", sample=_ties_sample),
@@ -640,6 +664,9 @@ _TOPK_EDGES = (
     edges.past_255("rows of 300..600, the largest past index 255 (not quantised: 8 bits hold no "
                    "300 distinct values)", sample=_wide_rows,
                    applies=lambda record, sig, var_: not var_.primary.is_quant),
+    # Heavy: the real runtimes sort 70,000 values per row.
+    edges.Edge("long_axis", "long", f"rows of {TOPK_LONG_ROW}, the k largest past index 65536 but one: "
+               "past a 16-bit index", sample=_long_row, heavy=True),
 )
 
 TOPK_V2 = OpRecord(

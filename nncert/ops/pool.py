@@ -108,6 +108,23 @@ def _global_window(s: SampleContext) -> None:
     s.tensor("input", dims, value=s.draw.integers(dims, hi - (hi - lo) // 6, hi))
 
 
+def _past_255_sample(s: SampleContext) -> None:
+    """A batch of 257..300 2x2 images, one 2x2 window each."""
+    if s.signature.name == IMPLICIT:
+        s.scalar("padding", PADDING_VALID)
+    else:
+        for name in ("pad_left", "pad_right", "pad_top", "pad_bottom"):
+            s.scalar(name, 0)
+    for name, value in (("stride_w", 1), ("stride_h", 1), ("filter_w", 2), ("filter_h", 2)):
+        s.scalar(name, value)
+    s.tensor("input", (s.draw.int(257, 300), 2, 2, s.draw.int(1, 2)))
+
+
+#: Every pooling's: the samplers draw batches of 1..2, so a driver counting batches in 8 bits
+#: passed every case.
+_PAST_255 = edges.past_255("a batch of 257..300 2x2 images, one window each", sample=_past_255_sample)
+
+
 # AVERAGE_POOL_2D's own edge (quantised): generated windows have at most 16 taps, so their sums
 # of stored values (4080 at most) fit a 16-bit register; a global window's (up to 65,280) do not.
 _GLOBAL_WINDOW = edges.Edge(
@@ -120,7 +137,7 @@ def _pool(op: Op, kernel, types: dict[Version, tuple[T, ...]], out: Arg, doc: st
           own: tuple = ()) -> OpRecord:
     vs = tuple(v for version, ts in types.items() for v in variants(version, *ts))
     return OpRecord(op, _sigs(out), vs, kernel, _pool_shape, _pool_sample, criterion="relaxed",
-                    layout="layout", activation="act", edges=(*edges.WINDOW, *own), doc=doc)
+                    layout="layout", activation="act", edges=(*edges.WINDOW, _PAST_255, *own), doc=doc)
 
 
 _QUANT_POOL = {Version.V1_0: (F32, Q8), Version.V1_2: (F16,), Version.V1_3: (Q8S,)}

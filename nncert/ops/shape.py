@@ -236,13 +236,37 @@ def _concat_min_version(ctx: OpContext) -> Version:
     return ctx.match.version
 
 
+#: Length of the long CONCATENATION's output axis: past 2**16 (a 16-bit offset wraps).
+CONCAT_LONG_AXIS = 66_000
+
+
+def _concat_long_axis(s: SampleContext) -> None:
+    """Three inputs joined along an axis of about CONCAT_LONG_AXIS: the first past 65536 long,
+    so that the others start past a 16-bit offset; rank 1, or rank 2 with a second axis of 2."""
+    first = s.draw.int(CONCAT_LONG_AXIS - 200, CONCAT_LONG_AXIS)
+    lengths = (first, s.draw.int(50, 200), s.draw.int(50, 200))
+    rank, axis = s.draw.choice(((1, 0), (2, 0), (2, 1)))
+    for n in lengths:
+        dims = [2] * rank
+        dims[axis] = n
+        s.tensor("input", dims)
+    s.scalar("axis", axis)
+
+
+# CONCATENATION's own edge: generated axes have a few elements, so a driver holding the
+# output offset of each input in 16 bits passed every case.
+_CONCAT_LONG = edges.Edge(
+    "long_axis", "long", f"three inputs along an axis of about {CONCAT_LONG_AXIS}, the second and third "
+    "starting past offset 65536", sample=_concat_long_axis, heavy=True)
+
+
 CONCATENATION = _copy_record(
     Op.CONCATENATION,
     # The output's quantisation is free: equal to the inputs' before HAL 1.2 (min_version).
     Signature((Arg("input", ranks=_UP_TO_4, variadic=True), Arg("axis", T.INT32)),
               (Arg("output", ranks=_UP_TO_4),)),
     _vs({Version.V1_0: (_F32, _Q8), Version.V1_2: (_F16,), Version.V1_3: (_Q8S,)}),
-    _concat_kernel, _concat_shape, _concat_sample,
+    _concat_kernel, _concat_shape, _concat_sample, edges=(_CONCAT_LONG,),
     doc="the input tensors joined along axis (quantised inputs requantised to the output's parameters)",
     min_version=_concat_min_version,
 )

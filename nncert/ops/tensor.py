@@ -226,6 +226,13 @@ LONG_INNER = 512
 def _bmm_sample(s: SampleContext, edge: str = "") -> None:
     """``edge``: "adj_both" (both slices transposed), "inner_1" (an outer product),
     "batch_rank_4" (rank 4, batch dimensions 2..3), "long" (LONG_INNER products summed)."""
+    if edge == "past_255":  # a batch of 257..300 small slices
+        n, r, k, c = s.draw.int(257, 300), s.draw.int(1, 2), s.draw.int(1, 2), s.draw.int(1, 2)
+        s.tensor("input0", (n, r, k))
+        s.tensor("input1", (n, k, c))
+        s.scalar("adj_x", False)
+        s.scalar("adj_y", False)
+        return
     rank = 4 if edge == "batch_rank_4" else s.draw.int(2, 3 if edge == "long" else 4)
     lo = 2 if edge in ("batch_rank_4", "long") else 1
     batch = list(s.dims(rank - 2, lo, 3 if edge != "long" else 2)) if rank > 2 else []
@@ -268,7 +275,9 @@ BATCH_MATMUL = OpRecord(
            # Not heavy: at most 2 x 3 x 512 x 2 elements per input.
            edges.Edge("long_inner", "long", f"inner dimension {LONG_INNER}: dot products of "
                       f"{LONG_INNER} terms (float data on a 1/8 grid, exact in float32)",
-                      sample=lambda s: _bmm_sample(s, "long"))),
+                      sample=lambda s: _bmm_sample(s, "long")),
+           edges.past_255("a batch of 257..300 slices of at most 2x2",
+                          sample=lambda s: _bmm_sample(s, "past_255"))),
     doc="per batch, input0 (transposed if adj_x) times input1 (transposed if adj_y)",
 )
 

@@ -890,6 +890,76 @@ class EightBitCounts(MutantDriver):
         return got
 
 
+class SixteenBitTopkIndices(MutantDriver):
+    """TOPK_V2 returns its indices through a 16-bit field: an index past 65535 wraps. Generated
+    rows have a few elements, count_past_255's a few hundred."""
+
+    name = "sixteen_bit_topk_indices"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.TOPK_V2:
+            return results
+        return [results[0], (np.asarray(results[1]) & 0xFFFF).astype(np.int32)]
+
+
+class SixteenBitConcatOffsets(MutantDriver):
+    """CONCATENATION holds each input's offset along the axis in 16 bits: an input starting past
+    65535 lands at offset & 0xFFFF (over the earlier ones), what lies beyond is never written."""
+
+    name = "sixteen_bit_concat_offsets"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.CONCATENATION:
+            return results
+        xs = [np.asarray(v) for v in inputs[:-1]]
+        axis = int(np.asarray(inputs[-1]).item())
+        out = np.asarray(results[0])
+        if out.shape[axis] <= 1 << 16:
+            return results
+        got = np.zeros_like(out)
+        start = 0
+        for x in xs:
+            at = start & 0xFFFF
+            got[(slice(None),) * axis + (slice(at, at + x.shape[axis]),)] = \
+                np.take(out, range(start, start + x.shape[axis]), axis=axis)
+            start += x.shape[axis]
+        return [got]
+
+
+class PerChannelTable256(MutantDriver):
+    """Per-channel quantised filters (CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D,
+    TRANSPOSE_CONV_2D) with a table of 256 channel scales: output channel c requantises with
+    channel c & 255's scale. Generated filters have at most a dozen channels."""
+
+    name = "per_channel_table_256"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        f = operands[1] if len(operands) > 1 else None
+        if f is None or f.channel_quant is None or len(f.channel_quant.scales) <= 256:
+            return results
+        scales = np.asarray(f.channel_quant.scales)
+        cq = dataclasses.replace(f.channel_quant, scales=tuple(scales[np.arange(scales.size) & 255]))
+        faulty = list(operands)
+        faulty[1] = dataclasses.replace(f, channel_quant=cq)
+        return evaluate(get(op.type), faulty, inputs, outputs)
+
+
+class EightBitBatches(MutantDriver):
+    """Batched operations (the convolutions, FULLY_CONNECTED, BATCH_MATMUL, the poolings) count
+    the batch in 8 bits: batch b past 255 gets batch b & 255's result. Generated batches are
+    1..4."""
+
+    name = "eight_bit_batches"
+    _OPS = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D,
+            Op.FULLY_CONNECTED, Op.BATCH_MATMUL, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        r = np.asarray(results[0])
+        if op.type not in self._OPS or r.ndim < 2 or r.shape[0] <= 256:
+            return results
+        return [r[np.arange(r.shape[0]) & 255], *results[1:]]
+
+
 # The slices CI runs against each (test_operations.py's collection dominates their cost).
 MUTANT_INFO = (
     MutantInfo(QuantActivationFromRange, "ACC-2", suite="test_operations.py",
@@ -960,4 +1030,12 @@ MUTANT_INFO = (
                args=("-k", "edge_long_sequence and RNN and float32 and sync")),
     MutantInfo(EightBitCounts, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_count_past_255 and float32 and sync")),
+    MutantInfo(SixteenBitTopkIndices, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_long_axis and TOPK_V2 and float32")),
+    MutantInfo(SixteenBitConcatOffsets, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_long_axis and CONCATENATION and float32")),
+    MutantInfo(PerChannelTable256, "ACC-2", suite="test_operations.py",
+               args=("-k", "edge_count_past_255 and per_channel and sync")),
+    MutantInfo(EightBitBatches, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_count_past_255 and (POOL or BATCH_MATMUL or FULLY) and float32 and sync")),
 )
