@@ -140,21 +140,24 @@ def test_prepare_with_a_past_deadline_is_missed(driver):
     model = add_model(DIMS)
     if declined(driver, model):
         decline(declined(driver, model))
-    status, prepared = _prepare(driver, model, deadline=time.monotonic_ns() - 1_000_000_000)
-    assert status in MISSED, f"EXE-10: prepare_model with a deadline 1 s in the past gave {status.name}"
-    assert prepared is None
+    for deadline, what in ((time.monotonic_ns() - 1_000_000_000, "1 s in the past"), (0, "of 0 (the epoch)")):
+        status, prepared = _prepare(driver, model, deadline=deadline)
+        assert status in MISSED, f"EXE-10: prepare_model with a deadline {what} gave {status.name}"
+        assert prepared is None
 
 
 @pytest.mark.req("EXE-10")
 @pytest.mark.parametrize("path", DEADLINE_PATHS)
 def test_execute_with_a_past_deadline_is_missed(driver, path):
     """As for preparation: a deadline already past when the execution starts must be missed
-    (EXE-10), on every path."""
+    (EXE-10), on every path; 0, the clock's epoch, among them (not "no deadline": that is
+    None, where the AIDL HAL says -1)."""
     model = add_model(DIMS)
     prepared = prepare_or_skip(driver, model)
     request = build_request(model, _feeds())
-    status = status_of(lambda: execute(prepared, request, path, deadline=time.monotonic_ns() - 1_000_000_000))
-    assert status in MISSED, f"EXE-10: a {path} execution with a deadline 1 s in the past gave {status.name}"
+    for deadline, what in ((time.monotonic_ns() - 1_000_000_000, "1 s in the past"), (0, "of 0 (the epoch)")):
+        status = status_of(lambda d=deadline: execute(prepared, request, path, deadline=d))
+        assert status in MISSED, f"EXE-10: a {path} execution with a deadline {what} gave {status.name}"
 
 
 #: The long execution: a WHILE counting to 2**31 - 1, stopped by a 2 s loop timeout if

@@ -226,6 +226,30 @@ class ZeroLoopTimeoutUnset(MutantDriver):
     prepared_class = Prepared
 
 
+class ZeroDeadlineUnset(MutantDriver):
+    """Takes a deadline of 0, the monotonic clock's epoch and so long past, for "no deadline"
+    (it tests the time point for truthiness): executions and preparations given it run to the
+    end where they must miss it (EXE-10). Every other deadline is honoured."""
+
+    name = "zero_deadline_unset"
+
+    class Prepared(MutantPreparedModel):
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            return super().execute_synchronously(request, measure, deadline or None, loop_timeout)
+
+    prepared_class = Prepared
+
+    def prepare_model(self, model: Model,
+                      preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: Deadline = None,
+                      model_cache: Sequence[int] = (), data_cache: Sequence[int] = (),
+                      token: bytes | None = None) -> PreparedModel:
+        return super().prepare_model(model, preference, priority, deadline or None, model_cache, data_cache,
+                                     token)
+
+
 class MaximumLoopTimeoutRefused(MutantDriver):
     """Bounds the loop timeout with >= where > is meant: LOOP_TIMEOUT_MAXIMUM_NS itself, a valid
     loop timeout, is refused with INVALID_ARGUMENT (EXE-9)."""
@@ -282,6 +306,7 @@ class NegativeLoopTimeoutUnset(MutantDriver):
 
 MUTANT_INFO = (
     MutantInfo(IgnoresDeadlines, "EXE-10", suite="test_qos.py"),
+    MutantInfo(ZeroDeadlineUnset, "EXE-10", suite="test_qos.py", args=("-k", "past_deadline and sync")),
     MutantInfo(EndlessWhile, "EXE-9", "HANG", suite="test_control_flow.py"),
     MutantInfo(FastFenceNoDeadline, "EXE-10", suite="test_qos.py", args=("-k", "deadline")),
     MutantInfo(WallClockDeadlines, "EXE-10", suite="test_qos.py", args=("-k", "generous")),
