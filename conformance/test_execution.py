@@ -128,7 +128,8 @@ def _check_timing(timing: Timing, measured: bool, where: str, within_us: float |
 @pytest.mark.req("BURST-1", "BURST-2", "BURST-3", "EXE-3")
 def test_burst_slots_are_cached_and_released(driver):
     """One burst, several requests: a slot's memory is re-read on every run (new contents in
-    the same pool), new slots take new pools, and a released slot id can name another pool."""
+    the same pool), new slots take new pools, a slot stays known however many runs leave it
+    out (until released), and a released slot id can name another pool."""
     model = _add_chain((2, 3), (2, 3))
     prepared = prepare_or_skip(driver, model)
     burst = prepared.configure_execution_burst()
@@ -150,9 +151,18 @@ def test_burst_slots_are_cached_and_released(driver):
     second = build_request(model, feeds[1])
     first.pools[0].view()[:] = second.pools[0].view()
     run(first, [0, 1], *feeds[1], "second run on the same slots")
-    run(build_request(model, feeds[2]), [2, 3], *feeds[2], "run on new slots")
-    burst.release_memory_resource(0)
-    burst.release_memory_resource(1)
+    third = build_request(model, feeds[2])
+    run(third, [2, 3], *feeds[2], "run on new slots")
+    for turn in range(3):  # slots 0 and 1 left out of several runs: still cached (BURST-2)
+        x, y = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+        fresh = build_request(model, [x, y])
+        third.pools[0].view()[:] = fresh.pools[0].view()
+        run(third, [2, 3], x, y, f"run {turn + 2} on the new slots")
+    try:
+        burst.release_memory_resource(0)
+        burst.release_memory_resource(1)
+    except HalError as e:
+        pytest.fail(f"BURST-2: releasing slots 0 and 1, last used four runs earlier, failed: {e}")
     run(build_request(model, feeds[3]), [0, 1], *feeds[3], "released slots given new memories")
 
 

@@ -311,13 +311,14 @@ def test_constants_in_a_second_pool(driver, kind):
 # -- output buffers too small (EXE-5) -----------------------------------------------------------
 
 @pytest.mark.req("EXE-5")
-@pytest.mark.parametrize("path", SHAPE_PATHS)
+@pytest.mark.parametrize("path", [*SHAPE_PATHS, "burst-warm"])
 @pytest.mark.parametrize("dynamic", [False, True], ids=["known", "unknown"])
 @pytest.mark.parametrize("small", [(0,), (1,), (0, 1)], ids=["output0", "output1", "both"])
 def test_insufficient_size_marks_each_output(driver, small, dynamic, path):
     """Two outputs of different sizes, one buffer (or both) an element short:
     OUTPUT_INSUFFICIENT_SIZE, every short output marked and no other, every shape reported in
-    full where the model knows it (and in full or 0 per dimension where it does not)."""
+    full where the model knows it (and in full or 0 per dimension where it does not); on a warm
+    burst (every slot cached) as on the others."""
     b = ModelBuilder()
     dims0, dims1 = (3, 5), (2, 7)
     x0, y0 = b.operand(T.TENSOR_FLOAT32, dims0), b.operand(T.TENSOR_FLOAT32, dims0)
@@ -425,7 +426,8 @@ def test_two_bursts_of_one_prepared_model(driver):
     slot ids: a slot id means a memory of its burst only, so each run in turn, on either burst
     (new input bytes in its memories each time), reads its own inputs and writes its own
     outputs (a driver whose slot cache belongs to the prepared model gives the second burst the
-    first one's memories)."""
+    first one's memories); and each burst then releases its own slots, the first burst's
+    releases leaving the second's slots of the same ids known."""
     model = _binary_model(OperationType.ADD)
     prepared = prepare_or_skip(driver, model)
     bursts = [prepared.configure_execution_burst() for _ in range(2)]
@@ -445,6 +447,13 @@ def test_two_bursts_of_one_prepared_model(driver):
         except pytest.fail.Exception as e:
             pytest.fail(f"BURST-1: turn {turn}, burst {turn % 2} of one prepared model (the other burst's "
                         f"slots of the same ids name other memories): {e}")
+    for b, burst in enumerate(bursts):  # each burst releases its own slots, the same ids
+        for slot in range(len(requests[b].pools)):
+            try:
+                burst.release_memory_resource(slot)
+            except HalError as e:
+                pytest.fail(f"BURST-2: burst {b} releasing its slot {slot} (the other burst "
+                            f"{'released' if b else 'keeps'} its own slot {slot}) failed: {e}")
 
 
 @pytest.mark.req("BURST-1", "EXE-3")
@@ -541,6 +550,38 @@ def test_burst_outlives_the_callers_prepared_model(driver):
             check_outputs([x * y], read_outputs(model, request, [(2, 3)]), model)
         except (HalError, pytest.fail.Exception) as e:
             pytest.fail(f"BURST-1: run {turn} on a burst whose prepared model the caller released: {e}")
+
+
+@pytest.mark.req("BURST-2", "EXE-4")
+def test_burst_slot_takes_each_requests_dimensions(driver):
+    """A slot caches a memory, not a request: an input of unknown dimensions given (2, 3), then
+    (3, 2), then (1, 6) over the same memories and slots (the same bytes' count each time) is
+    read in each request's own shape; the output shape and values follow (EXE-4)."""
+    b = ModelBuilder()
+    x, out = b.operand(T.TENSOR_FLOAT32, (0, 0)), b.operand(T.TENSOR_FLOAT32, (0, 0))
+    b.operation(OperationType.ADD, [x, x, b.constant(T.INT32, 0)], [out])
+    model = b.build([x], [out])
+    prepared = prepare_or_skip(driver, model)
+    burst = prepared.configure_execution_burst()
+    rng = np.random.default_rng(12)
+    request = None
+    for shape in ((2, 3), (3, 2), (1, 6)):
+        value = rng.uniform(-2, 2, shape).astype(np.float32)
+        fresh = build_request(model, [value], [shape])
+        if request is None:
+            request = fresh
+        else:
+            request.pools[0].view()[:] = fresh.pools[0].view()
+            request.inputs[0].dimensions = fresh.inputs[0].dimensions
+        shapes, _ = burst.execute(request, list(range(len(request.pools))))
+        got = [tuple(s.dimensions) for s in shapes]
+        if got != [shape]:
+            pytest.fail(f"EXE-4: a burst run with the input given dimensions {list(shape)} on the slots of "
+                        f"earlier runs reported output shapes {got}")
+        try:
+            check_outputs([value + value], read_outputs(model, request, [shape]), model)
+        except pytest.fail.Exception as e:
+            pytest.fail(f"BURST-2: input dimensions {list(shape)} on the slots of earlier runs: {e}")
 
 
 @pytest.mark.req("BURST-2")

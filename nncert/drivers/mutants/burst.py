@@ -7,6 +7,8 @@ run (EXE-4, conformance/test_prepared_reuse.py); one that computes relaxed model
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import weakref
 from collections.abc import Sequence
 
@@ -282,6 +284,118 @@ class SlotsOfSuccessOnly(MutantDriver):
     prepared_class = Prepared
 
 
+class ReleasesAcrossBursts(MutantDriver):
+    """Keeps a slot cache per burst, but sends each release to the prepared model, which drops
+    that slot id from every one of its bursts: once one burst has released slot s, another
+    burst's own release of its slot s is refused as an unknown slot (BURST-2). Runs are right:
+    a burst maps a dropped slot again from the request's pools."""
+
+    name = "releases_across_bursts"
+
+    class SharingBurst(Burst):
+        def release_memory_resource(self, slot: int) -> None:
+            super().release_memory_resource(slot)
+            for other in list(self.prepared.bursts):  # type: ignore[attr-defined]
+                if other is not self:
+                    other.slots.pop(slot, None)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            if not hasattr(self, "bursts"):
+                self.bursts: weakref.WeakSet[Burst] = weakref.WeakSet()
+            burst = ReleasesAcrossBursts.SharingBurst(self)
+            self.bursts.add(burst)
+            return burst
+
+    prepared_class = Prepared
+
+
+class EvictsIdleSlots(MutantDriver):
+    """Evicts from a burst's slot cache every slot that the last ``IDLE_RUNS`` executions left
+    out (an LRU bounded by age, to save mappings), where a slot must stay until the client
+    releases it: the client's later release of an evicted slot is refused as an unknown slot
+    (BURST-2). Runs are right: an evicted slot is mapped again from the request's pools."""
+
+    name = "evicts_idle_slots"
+    IDLE_RUNS = 3
+
+    class EvictingBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            idle = getattr(self, "idle", {})
+            self.idle = {s: 0 if s in slots else idle.get(s, 0) + 1 for s in {*self.slots, *slots}}
+            for slot, runs in list(self.idle.items()):
+                if runs >= EvictsIdleSlots.IDLE_RUNS:
+                    self.slots.pop(slot, None)
+                    del self.idle[slot]
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return EvictsIdleSlots.EvictingBurst(self)
+
+    prepared_class = Prepared
+
+
+class SlotDimensionsCached(MutantDriver):
+    """Plans a burst's input transfers once per set of slots: the request dimensions of the
+    first run over those slots are kept, and a later run over them that gives an input of
+    unknown dimensions another shape of the same element count ((3, 2) after (2, 3)) is read
+    in the first shape (BURST-2, EXE-4). A new element count, or new slots, plan afresh."""
+
+    name = "slot_dimensions_cached"
+
+    class PlanningBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            plans = getattr(self, "plans", {})
+            self.plans = plans
+            planned = plans.setdefault(tuple(slots), [tuple(a.dimensions) for a in request.inputs])
+            if len(planned) == len(request.inputs):
+                inputs = [dataclasses.replace(a, dimensions=old)
+                          if a.dimensions and len(old) == len(a.dimensions)
+                          and math.prod(old) == math.prod(a.dimensions) else a
+                          for a, old in zip(request.inputs, planned, strict=True)]
+                request = Request(inputs, request.outputs, request.pools)
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return SlotDimensionsCached.PlanningBurst(self)
+
+    prepared_class = Prepared
+
+
+class WarmBurstUnmarksInsufficient(MutantDriver):
+    """A burst whose slots all hold their memories already answers on a fast result message
+    that has no per-output flags: OUTPUT_INSUFFICIENT_SIZE comes with every output shape marked
+    sufficient, so the client cannot tell which buffer to grow (EXE-5). A cold burst run, and
+    every other path, mark them."""
+
+    name = "warm_burst_unmarks_insufficient"
+
+    class WarmBurst(Burst):
+        def execute(self, request: Request, slots: Sequence[int], measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            warm = all(s in self.slots for s in slots)
+            try:
+                return super().execute(request, slots, measure, deadline, loop_timeout)
+            except HalError as e:
+                if not warm or e.status is not ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                    raise
+                shapes = [dataclasses.replace(shape, is_sufficient=True) for shape in e.output_shapes]
+                raise HalError(e.status, e.message, output_shapes=shapes) from None
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return WarmBurstUnmarksInsufficient.WarmBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(OneBurstContext, "BURST-1", suite="test_pools.py", args=("-k", "bursts_of_two")),
     MutantInfo(SlotContentsCached, "BURST-2", suite="test_pools.py", args=("-k", "burst_slot")),
@@ -293,4 +407,9 @@ MUTANT_INFO = (
     MutantInfo(BurstHoldsModelWeakly, "BURST-1", suite="test_pools.py", args=("-k", "outlives")),
     MutantInfo(RelaxedHalfOnBurst, "EXE-3", suite="test_execution.py", args=("-k", "relaxed_model_gives")),
     MutantInfo(SlotsOfSuccessOnly, "BURST-2", suite="test_pools.py", args=("-k", "slots_of_a_failed")),
+    MutantInfo(ReleasesAcrossBursts, "BURST-2", suite="test_pools.py", args=("-k", "two_bursts_of_one")),
+    MutantInfo(EvictsIdleSlots, "BURST-2", suite="test_execution.py", args=("-k", "slots_are_cached")),
+    MutantInfo(SlotDimensionsCached, "BURST-2", suite="test_pools.py", args=("-k", "takes_each_requests")),
+    MutantInfo(WarmBurstUnmarksInsufficient, "EXE-5", suite="test_pools.py",
+               args=("-k", "marks_each_output and burst-warm")),
 )
