@@ -510,6 +510,27 @@ def test_interleaved_prepared_models(driver):
     del prepared
 
 
+@pytest.mark.req("EXE-3", "VAL-1")
+@pytest.mark.parametrize("path", PATHS)
+def test_omitted_input_on_every_path(driver, path):
+    """TRANSPOSE(x, perm) with perm a model input the request omits (has_no_value: an optional
+    input, which TRANSPOSE takes as the reversed dimensions): every path runs it and gives
+    x transposed (an omission is part of the request on the async, fenced and burst paths too)."""
+    b = ModelBuilder()
+    x, perm, out = b.operand(T.TENSOR_FLOAT32, (2, 3)), b.operand(T.TENSOR_INT32, (2,)), \
+        b.operand(T.TENSOR_FLOAT32, (3, 2))
+    b.operation(OperationType.TRANSPOSE, [x, perm], [out])
+    model = b.build([x, perm], [out])
+    prepared = prepare_or_skip(driver, model)
+    value = np.random.default_rng(14).uniform(-2, 2, (2, 3)).astype(np.float32)
+    request = build_request(model, [value, np.array([1, 0], np.int32)], omitted_inputs=[1])
+    try:
+        execute(prepared, request, path)
+    except HalError as e:
+        pytest.fail(f"EXE-3: a {path} execution with TRANSPOSE's optional perm omitted failed: {e}")
+    check_outputs([value.T], read_outputs(model, request, [(3, 2)]), model)
+
+
 @pytest.mark.req("DRV-4", "DRV-5")
 @pytest.mark.parametrize("released", ["first", "second"])
 def test_prepared_models_of_one_model_outlive_each_other(driver, released):

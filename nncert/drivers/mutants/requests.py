@@ -363,9 +363,33 @@ class PaddingRefused(MutantDriver):
     prepared_class = Prepared
 
 
+class BurstRefusesOmitted(MutantDriver):
+    """A burst's request message has no way to say "no value": a burst request that omits an
+    optional input (has_no_value) is refused with INVALID_ARGUMENT, where the other paths run
+    it (EXE-3: every path runs the same request)."""
+
+    name = "burst_refuses_omitted"
+
+    class OmissionlessBurst(Burst):
+        def execute(self, request: Request, slots, measure: MeasureTiming = MeasureTiming.NO,
+                    deadline: Deadline = None,
+                    loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            omitted = [i for i, a in enumerate(request.inputs) if a.has_no_value]
+            if omitted:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"burst request input {omitted[0]} has no value")
+            return super().execute(request, slots, measure, deadline, loop_timeout)
+
+    class Prepared(MutantPreparedModel):
+        def configure_execution_burst(self) -> Burst:
+            return BurstRefusesOmitted.OmissionlessBurst(self)
+
+    prepared_class = Prepared
+
+
 MUTANT_INFO = (
     MutantInfo(IgnoresLengths, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(PaddingRefused, "VAL-1", suite="test_pools.py", args=("-k", "with_padding and sync")),
+    MutantInfo(BurstRefusesOmitted, "EXE-3", suite="test_execution.py", args=("-k", "omitted_input_on")),
     MutantInfo(IgnoresRequestDimensions, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(ValidatesSyncOnly, "VAL-1", suite="test_burst_validation.py", args=_SLICE),
     MutantInfo(WritesPastOutputs, "VAL-2", suite="test_burst_validation.py", args=_SLICE),
