@@ -109,8 +109,9 @@ def test_operation_all_tensors_as_inputs(driver, key):
 
 @pytest.mark.parametrize("key", _params(_supporting("output_consumed")))
 def test_operation_output_consumed(driver, key):
-    """Each output of the operation is a model output and read by another operation too (NNAPI
-    allows it; a driver that fuses the two must still produce the first's value)."""
+    """Each output of the operation is a model output and read by another operation too, twice:
+    ADD(output, output) (NNAPI allows it; a driver that fuses the two, or runs the ADD in place
+    over its input, must still produce the first's value)."""
     run_case(driver, sample_case(*key), "output_consumed")
 
 
@@ -122,7 +123,7 @@ def test_operation_dynamic_output_shape(driver, key):
 
 #: The variation each test function runs its case in (``models_ahead``).
 _VARIATIONS = {**{test: variation for variation, test in VARIATION_TESTS.items()},
-               "test_operation_edge": "base"}
+               "test_operation_edge": "base", "test_operation_activation_split": "activation_split"}
 
 
 # Edge cases declared in the catalogue (nncert/ops/edges.py): saturating activations, long
@@ -155,6 +156,20 @@ def _edge_params():
 @pytest.mark.parametrize(("key", "path"), _edge_params())
 def test_operation_edge(driver, key, path):
     run_case(driver, sample_case(*key), path=path)
+
+
+# The saturating edge cases (each fused activation's clamp reached) again with the activation
+# run as an operation of its own: the operation with activation NONE into an intermediate, then
+# RELU / RELU1 / RELU6 of it, same golden. A driver that fuses the pair back (a compiler's
+# conv + relu6 pattern) must apply the second operation's clamp; the synchronous path only.
+
+SPLIT = [k for k in EDGES if k[6].startswith("saturate_")]
+
+
+@pytest.mark.req("DRV-2", "ACC-6")
+@pytest.mark.parametrize("key", _params(SPLIT))
+def test_operation_activation_split(driver, key):
+    run_case(driver, sample_case(*key), "activation_split")
 
 
 # Recurrent operations (OpRecord.state): one prepared model runs three executions, the

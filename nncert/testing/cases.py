@@ -48,6 +48,14 @@ VARIATION_TESTS = {"base": "test_operation", "relaxed": "test_operation_relaxed"
                    "dynamic_output": "test_operation_dynamic_output_shape",
                    "output_consumed": "test_operation_output_consumed"}
 
+#: Variations run by tests of their own on chosen cases, outside the CTS's (the fuzz targets
+#: index cases x VARIATIONS, so these stay out of it): ``activation_split``, the case's fused
+#: activation run as a RELU / RELU1 / RELU6 operation of its own after the operation.
+EXTRA_VARIATIONS = ("activation_split",)
+_SPLIT_ACTIVATIONS = {FusedActivationFunc.RELU: OperationType.RELU,
+                      FusedActivationFunc.RELU1: OperationType.RELU1,
+                      FusedActivationFunc.RELU6: OperationType.RELU6}
+
 
 @dataclass
 class CaseInput:
@@ -103,8 +111,9 @@ class OpCase:
     def model(self, variation: str = "base", pool_kind: str = "ashmem") -> tuple[Model, list[np.ndarray]]:
         """The case as a HAL model in a CTS ``variation``, with the request's input values.
         Large constants live in a pool of ``pool_kind`` (MEM-1, MEM-3)."""
-        if variation not in VARIATIONS:
+        if variation not in VARIATIONS and variation not in EXTRA_VARIATIONS:
             raise ValueError(f"unknown variation {variation!r}")
+        split = variation == "activation_split"
         b = ModelBuilder(pool_kind)
         model_inputs: list[int] = []
         feeds: list[np.ndarray] = []
@@ -114,6 +123,9 @@ class OpCase:
                 op_inputs.append(b.no_value(ci.arg.resolve(self.variant.types)))
                 continue
             o = ci.operand
+            if split and ci.arg.name == self.record.activation:
+                op_inputs.append(b.constant(o.type, np.asarray(0, np.int32)))  # NONE: run apart below
+                continue
             as_input = o.type.is_tensor and (not ci.const or variation == "all_tensors_as_inputs")
             if not as_input:
                 op_inputs.append(b.constant(o.type, ci.value, o.scale, o.zero_point, o.channel_quant))
@@ -135,22 +147,35 @@ class OpCase:
         for o in self.outputs:
             dims = tuple(0 for _ in o.dimensions) if variation == "dynamic_output" else o.dimensions
             outs.append(b.operand(o.type, dims, o.scale, o.zero_point))
-        b.operation(self.record.type, op_inputs, outs)
+        if split:  # the operation into an intermediate of the output's type and parameters
+            o = self.outputs[0]
+            mid = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
+            b.operation(self.record.type, op_inputs, [mid])
+            b.operation(_SPLIT_ACTIVATIONS[FusedActivationFunc(self.activation)], [mid], outs)
+        else:
+            b.operation(self.record.type, op_inputs, outs)
         model_outputs = list(outs)
-        if variation == "output_consumed":  # each output read again by ADD(output, 0), a second output
+        if variation == "output_consumed":
+            # Each output read again by ADD(output, output), a second output: twice the first
+            # (quantised: the same stored values at twice the scale). Read twice, and its value
+            # changed, so that an ADD run in place over the model output, or reading its second
+            # input as anything but the first, is seen.
             for idx, o in zip(outs, self.outputs, strict=True):
-                zero = quantize(np.zeros(1), o) if o.type.is_quant else np.zeros(1, dtype_of(o.type))
-                copy = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
-                b.operation(OperationType.ADD, [idx, b.constant(o.type, zero, o.scale, o.zero_point),
-                                                b.constant(T.INT32, 0)], [copy])
+                scale = 2 * o.scale if o.type.is_quant else o.scale
+                copy = b.operand(o.type, o.dimensions, scale, o.zero_point)
+                b.operation(OperationType.ADD, [idx, idx, b.constant(T.INT32, 0)], [copy])
                 model_outputs.append(copy)
         model = b.build(model_inputs, model_outputs, relax=variation == "relaxed")
         return model, feeds
 
     def variation_expected(self, variation: str) -> list[np.ndarray]:
-        """The golden outputs of the case's model in ``variation``: the case's, twice for
-        ``output_consumed`` (each output, then its copy read back by ADD)."""
-        return [*self.expected, *self.expected] if variation == "output_consumed" else list(self.expected)
+        """The golden outputs of the case's model in ``variation``: the case's, and for
+        ``output_consumed`` then each doubled by ADD(output, output) (quantised: the same stored
+        values, at twice the scale)."""
+        if variation != "output_consumed":
+            return list(self.expected)
+        return [*self.expected, *(np.asarray(e) if o.type.is_quant else np.asarray(e) * 2
+                                  for e, o in zip(self.expected, self.outputs, strict=True))]
 
     def supports(self, variation: str) -> bool:
         """Whether ``variation`` makes sense for this case (CTS applies each selectively)."""
@@ -165,9 +190,13 @@ class OpCase:
             return any(ci.const for ci in tensors)
         if variation == "dynamic_output":
             return all(o.dimensions for o in self.outputs)
-        if variation == "output_consumed":
-            return all(o.type in _ADD_TYPES and 1 <= len(o.dimensions) <= 4 and all(o.dimensions)
-                       for o in self.outputs)  # ADD's types and ranks
+        if variation == "activation_split":  # a RELU / RELU1 / RELU6 of the output's type
+            return bool(self.activation) and len(self.outputs) == 1 and self.outputs[0].type in _ADD_TYPES \
+                and self.outputs[0].type is not T.TENSOR_INT32
+        if variation == "output_consumed":  # ADD's types and ranks, and room to double
+            return all(o.type in _ADD_TYPES and 1 <= len(o.dimensions) <= 4 and all(o.dimensions) and
+                       (o.type.is_quant or _doubles(e, o.type)) for o, e in zip(self.outputs, self.expected,
+                                                                                 strict=True))
         return True
 
     def variation_version(self, variation: str) -> Version:
@@ -182,6 +211,13 @@ class OpCase:
         if variation == "output_consumed":
             v = max([v] + [_ADD_TYPES[o.type] for o in self.outputs])
         return v
+
+
+def _doubles(value: np.ndarray, t: OperandType) -> bool:
+    """Whether twice every element of ``value`` is finite (within int32) in type ``t``."""
+    v = np.abs(np.asarray(value, np.float64))
+    top = np.iinfo(np.int32).max if t is T.TENSOR_INT32 else np.finfo(dtype_of(t)).max
+    return bool(np.isfinite(v).all() and (2 * v <= top).all())
 
 
 _ADD_TYPES = {T.TENSOR_FLOAT32: Version.V1_0, T.TENSOR_QUANT8_ASYMM: Version.V1_0,
