@@ -111,11 +111,14 @@ MAX_CACHE_FILES = 32
 
 
 @pytest.mark.req("DRV-1", "CACHE-2")
-def test_device_type_and_cache_file_counts_are_valid(driver):
-    """The VTS's basic checks of getType and getNumberOfCacheFilesNeeded: the type is one of
-    OTHER, CPU, GPU and ACCELERATOR (UNKNOWN, 0, is the runtime's own placeholder, never a
-    driver's answer), and each count of cache files is an integer from 0 to
-    MAX_CACHE_FILES."""
+def test_device_type_version_and_cache_file_counts_are_valid(driver):
+    """The VTS's basic checks of getType, getVersionString and getNumberOfCacheFilesNeeded:
+    the type is one of OTHER, CPU, GPU and ACCELERATOR (UNKNOWN, 0, is the runtime's own
+    placeholder, never a driver's answer), the version string is not empty, and each count of
+    cache files is an integer from 0 to MAX_CACHE_FILES."""
+    version = driver.version_string()
+    assert isinstance(version, str) and version, \
+        f"DRV-1: version_string() gave {version!r}, not a non-empty string"
     kind = driver.type()
     assert isinstance(kind, DeviceType) and kind in DeviceType, \
         f"DRV-1: type() gave {kind!r}, not one of {', '.join(t.name for t in DeviceType)}"

@@ -273,6 +273,16 @@ class UnknownDeviceType(MutantDriver):
         return 0
 
 
+class EmptyVersionString(MutantDriver):
+    """Answers getVersionString with an empty string (the build left its version unset), where
+    the VTS expects one that is not empty (DRV-1)."""
+
+    name = "empty_version_string"
+
+    def version_string(self) -> str:
+        return ""
+
+
 class ResetByFailedPreparation(MutantDriver):
     """A preparation that fails resets the device, and the version string it reports from then
     on says so (" (reset)"): before any failure, and after successful work, every query is
@@ -324,6 +334,7 @@ MUTANT_INFO = (
     MutantInfo(KeepsCacheHandles, "DRV-5", suite="test_lifecycle.py", args=("-k", "released_models")),
     MutantInfo(SharedCompiledModel, "DRV-5", suite="test_execution.py", args=("-k", "outlive_each_other")),
     MutantInfo(UnknownDeviceType, "DRV-1", suite="test_lifecycle.py", args=("-k", "device_type")),
+    MutantInfo(EmptyVersionString, "DRV-1", suite="test_lifecycle.py", args=("-k", "device_type")),
     MutantInfo(ResetByFailedPreparation, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
     MutantInfo(CachingOffAfterFailedLoad, "DRV-1", suite="test_lifecycle.py", args=("-k", "across_work")),
 )
