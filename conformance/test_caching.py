@@ -456,15 +456,18 @@ def test_token_of_the_wrong_length(caching_driver, tmp_path):
 @pytest.mark.req("EXE-10", "CACHE-1")
 def test_prepare_from_cache_with_a_past_deadline_is_missed(caching_driver, tmp_path):
     """prepareModelFromCache takes a deadline as prepareModel does (EXE-10): one that passed a
-    second before the call must be missed, MISSED_DEADLINE_* and no prepared model; the same
+    second before the call, or 0 (the epoch), must be missed, MISSED_DEADLINE_* and no prepared
+    model; the same
     cache then prepares with a deadline 10 s away (one read against another clock is missed)."""
     model = MODELS["float"]()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
     _save(caching_driver, model, files, token)
-    status, _ = _from_cache(caching_driver, files, token, deadline=time.monotonic_ns() - 1_000_000_000)
-    _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
-             "a deadline 1 s in the past", "EXE-10")
+    for deadline, what in ((time.monotonic_ns() - 1_000_000_000, "a deadline 1 s in the past"),
+                           (0, "a deadline of 0 (the epoch)")):
+        status, _ = _from_cache(caching_driver, files, token, deadline=deadline)
+        _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
+                 what, "EXE-10")
     status, cached = _from_cache(caching_driver, files, token, deadline=time.monotonic_ns() + 10_000_000_000)
     assert status is ErrorStatus.NONE, f"EXE-10: the cache then gave {status.name} with a deadline 10 s away"
     _check_runs(model, cached, "CACHE-1: the model prepared from cache")
@@ -480,12 +483,12 @@ def test_prepare_with_caches_and_a_past_deadline_is_missed(caching_driver, tmp_p
     model = MODELS["float"]()
     _supported_or_skip(caching_driver, model)
     files, token = CacheFiles(tmp_path, caching_driver), _token()
-    with files.open() as (model_fds, data_fds):
-        status = status_of(lambda: caching_driver.prepare_model(
-            model, deadline=time.monotonic_ns() - 1_000_000_000, model_cache=model_fds, data_cache=data_fds,
-            token=token))
-    _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
-             "prepare_model with caches and a deadline 1 s in the past", "EXE-10")
+    for deadline, what in ((time.monotonic_ns() - 1_000_000_000, "1 s in the past"), (0, "of 0 (the epoch)")):
+        with files.open() as (model_fds, data_fds):
+            status = status_of(lambda d=deadline: caching_driver.prepare_model(
+                model, deadline=d, model_cache=model_fds, data_cache=data_fds, token=token))
+        _refused(status, (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT),
+                 f"prepare_model with caches and a deadline {what}", "EXE-10")
 
 
 @pytest.mark.req("VAL-1", "CACHE-1")

@@ -179,6 +179,18 @@ class CacheDeadlineIn32Bits(MutantDriver):
         return super().prepare_model_from_cache(deadline, model_cache, data_cache, token)
 
 
+class CacheZeroDeadlineUnset(MutantDriver):
+    """prepare_model_from_cache takes a deadline of 0, the monotonic clock's epoch and so long
+    past, for "no deadline" (it tests the time point for truthiness): a cache hit given it is
+    served where it must be missed (EXE-10). Other deadlines, and prepare_model, are right."""
+
+    name = "cache_zero_deadline_unset"
+
+    def prepare_model_from_cache(self, deadline: Deadline, model_cache: Sequence[int],
+                                 data_cache: Sequence[int], token: bytes) -> PreparedModel:
+        return super().prepare_model_from_cache(deadline or None, model_cache, data_cache, token)
+
+
 class CacheInOperandOrder(MutantDriver):
     """The cache's serializer writes the main subgraph's input and output lists sorted by operand
     index: a model from cache binds the request's arguments in operand order, not in the order
@@ -443,6 +455,8 @@ MUTANT_INFO = (
     MutantInfo(CacheIgnoresDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheWallClockDeadline, "EXE-10", suite="test_caching.py", args=("-k", "past_deadline")),
     MutantInfo(CacheDeadlineIn32Bits, "EXE-10", suite="test_caching.py",
+               args=("-k", "from_cache_with_a_past_deadline")),
+    MutantInfo(CacheZeroDeadlineUnset, "EXE-10", suite="test_caching.py",
                args=("-k", "from_cache_with_a_past_deadline")),
     MutantInfo(CacheInOperandOrder, "CACHE-1", suite="test_caching.py",
                args=("-k", "save_and_retrieve and listed_against")),
