@@ -254,6 +254,27 @@ def test_loop_timeout_counts_from_each_execution(driver):
 
 @pytest.mark.req("EXE-9")
 @pytest.mark.parametrize("path", PATHS)
+def test_if_condition_of_any_nonzero_byte_is_true(driver, path):
+    """A TENSOR_BOOL8 value is false when its byte is 0 and true otherwise: an IF whose
+    condition byte is 2 runs its then branch (a driver testing the byte for 1 runs else)."""
+    model = if_model()
+    rng = np.random.default_rng(15)
+    a, b = (rng.uniform(-2, 2, (2, 3)).astype(np.float32) for _ in range(2))
+    request = build_request(model, [np.array([True]), a, b])
+    loc = request.inputs[0].location
+    request.pools[loc.pool_index].view()[loc.offset] = 2
+    try:
+        execute(prepare_or_skip(driver, model), request, path)
+    except HalError as e:
+        pytest.fail(f"EXE-9: a {path} run of IF with condition byte 2 failed: {e}")
+    try:
+        check_outputs([if_golden(True, a, b)], read_outputs(model, request, [(2, 3)]), model)
+    except pytest.fail.Exception as e:
+        pytest.fail(f"EXE-9: IF with condition byte 2 (true) on {path}: {e}")
+
+
+@pytest.mark.req("EXE-9")
+@pytest.mark.parametrize("path", PATHS)
 def test_while_updates_its_values_together(driver, path):
     """A WHILE body's outputs all come from the values the turn started with: (a, b) -> (b,
     a + b) from (2, 3), six turns, ends at (34, 55) (a driver that updates its loop-carried

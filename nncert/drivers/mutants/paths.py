@@ -14,6 +14,7 @@ import numpy as np
 from nncert.drivers.base import Burst, Deadline, FencedExecutionCallback, FencedExecutionInfo, SyncFence
 from nncert.drivers.mutants import MutantDriver, MutantInfo, MutantPreparedModel
 from nncert.hal.errors import HalError
+from nncert.hal.memory import Memory
 from nncert.hal.model import Model, Operation, OutputShape, Request, Timing
 from nncert.hal.types import ErrorStatus, MeasureTiming, OperationType
 from nncert.ops.control_flow import referenced_subgraph
@@ -96,6 +97,35 @@ class ScalarInputsFrozen(MutantDriver):
                     self.folded = {p: inputs[p] for p in scalars}
                 inputs = [self.folded.get(p, x) for p, x in enumerate(inputs)]
             return super().compute(inputs)
+
+    prepared_class = Prepared
+
+
+class IfConditionIsOne(MutantDriver):
+    """Tests an IF condition's byte for 1 where any byte but 0 is true (TENSOR_BOOL8): a
+    condition the request gives as 2 selects the else branch (EXE-9). Conditions of 0 and 1,
+    the ones a bool writes, are right."""
+
+    name = "if_condition_is_one"
+
+    class Prepared(MutantPreparedModel):
+        odd: tuple[int, ...] = ()
+
+        def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                                  deadline: Deadline = None,
+                                  loop_timeout: int | None = None) -> tuple[list[OutputShape], Timing]:
+            main = self.model.main
+            conditions = {op.inputs[0] for op in main.operations if op.type is OperationType.IF}
+            odd = []
+            for p, (arg, idx) in enumerate(zip(request.inputs, main.input_indexes, strict=False)):
+                pool = None if arg.has_no_value else request.pools[arg.location.pool_index]
+                if idx in conditions and isinstance(pool, Memory) and pool.view()[arg.location.offset] > 1:
+                    odd.append(p)
+            self.odd = tuple(odd)
+            return super().execute_synchronously(request, measure, deadline, loop_timeout)
+
+        def compute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+            return super().compute([np.zeros_like(x) if p in self.odd else x for p, x in enumerate(inputs)])
 
     prepared_class = Prepared
 
@@ -309,6 +339,7 @@ MUTANT_INFO = (
     MutantInfo(IfBranchCache, "EXE-9", suite="test_prepared_reuse.py",
                args=("-k", "if_branches or if_output_shape")),
     MutantInfo(WhileTripCache, "EXE-9", suite="test_prepared_reuse.py", args=("-k", "while")),
+    MutantInfo(IfConditionIsOne, "EXE-9", suite="test_control_flow.py", args=("-k", "nonzero_byte and sync")),
     MutantInfo(ScalarInputsFrozen, "EXE-3", suite="test_prepared_reuse.py", args=("-k", "scalar_input")),
     MutantInfo(ShapeCacheByFirstInput, "EXE-4", suite="test_prepared_reuse.py", args=("-k", "shape")),
     MutantInfo(SharedStaging, "DRV-4", suite="test_prepared_reuse.py", args=("-k", "threads or in_flight")),
