@@ -123,7 +123,8 @@ def test_operation_dynamic_output_shape(driver, key):
 
 #: The variation each test function runs its case in (``models_ahead``).
 _VARIATIONS = {**{test: variation for variation, test in VARIATION_TESTS.items()},
-               "test_operation_edge": "base", "test_operation_activation_split": "activation_split"}
+               "test_operation_edge": "base", "test_operation_activation_split": "activation_split",
+               "test_operation_then_inverse": "then_inverse"}
 
 
 # Edge cases declared in the catalogue (nncert/ops/edges.py): saturating activations, long
@@ -170,6 +171,21 @@ SPLIT = [k for k in EDGES if k[6].startswith("saturate_")]
 @pytest.mark.parametrize("key", _params(SPLIT))
 def test_operation_activation_split(driver, key):
     run_case(driver, sample_case(*key), "activation_split")
+
+
+# Pairs a compiler folds away: CAST float -> int then back, QUANTIZE then DEQUANTIZE,
+# DEQUANTIZE then QUANTIZE at another scale, two TRANSPOSEs (cases.py's _then_inverse). The
+# random graphs draw none of these pairs; the golden is the second operation's reference kernel
+# on the first's golden.
+
+INVERSE = [k for k in ONE if k[0].name in ("CAST", "QUANTIZE", "DEQUANTIZE", "TRANSPOSE") and
+           _one_case(k).supports("then_inverse")]
+
+
+@pytest.mark.req("DRV-2", "ACC-6")
+@pytest.mark.parametrize("key", _params(INVERSE))
+def test_operation_then_inverse(driver, key):
+    run_case(driver, sample_case(*key), "then_inverse")
 
 
 # Recurrent operations (OpRecord.state): one prepared model runs three executions, the

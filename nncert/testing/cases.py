@@ -18,7 +18,7 @@ import numpy as np
 from nncert.hal.builder import ModelBuilder
 from nncert.hal.model import Model, Operand, SymmPerChannelQuantParams, dtype_of
 from nncert.hal.types import FusedActivationFunc, OperandType, OperationType, Version
-from nncert.ops import edges, records
+from nncert.ops import edges, get, records
 from nncert.ops.base import (
     Arg,
     Draw,
@@ -50,8 +50,10 @@ VARIATION_TESTS = {"base": "test_operation", "relaxed": "test_operation_relaxed"
 
 #: Variations run by tests of their own on chosen cases, outside the CTS's (the fuzz targets
 #: index cases x VARIATIONS, so these stay out of it): ``activation_split``, the case's fused
-#: activation run as a RELU / RELU1 / RELU6 operation of its own after the operation.
-EXTRA_VARIATIONS = ("activation_split",)
+#: activation run as a RELU / RELU1 / RELU6 operation of its own after the operation;
+#: ``then_inverse``, the output read by the operation's inverse or a second one of its kind
+#: (``_then_inverse``), a pair a compiler may fold away.
+EXTRA_VARIATIONS = ("activation_split", "then_inverse")
 _SPLIT_ACTIVATIONS = {FusedActivationFunc.RELU: OperationType.RELU,
                       FusedActivationFunc.RELU1: OperationType.RELU1,
                       FusedActivationFunc.RELU6: OperationType.RELU6}
@@ -152,6 +154,12 @@ class OpCase:
             mid = b.operand(o.type, o.dimensions, o.scale, o.zero_point)
             b.operation(self.record.type, op_inputs, [mid])
             b.operation(_SPLIT_ACTIVATIONS[FusedActivationFunc(self.activation)], [mid], outs)
+        elif variation == "then_inverse":  # the operation, then its inverse (or a second transpose)
+            op2, extra, last = _then_inverse(self)
+            b.operation(self.record.type, op_inputs, outs)
+            second = [outs[0]] + [b.constant(e.type, v, e.scale, e.zero_point) for e, v in extra]
+            outs = [b.operand(last.type, last.dimensions, last.scale, last.zero_point)]
+            b.operation(op2, second, outs)
         else:
             b.operation(self.record.type, op_inputs, outs)
         model_outputs = list(outs)
@@ -172,6 +180,10 @@ class OpCase:
         """The golden outputs of the case's model in ``variation``: the case's, and for
         ``output_consumed`` then each doubled by ADD(output, output) (quantised: the same stored
         values, at twice the scale)."""
+        if variation == "then_inverse":
+            op2, extra, last = _then_inverse(self)
+            return [np.asarray(evaluate(get(op2), [self.outputs[0], *(e for e, _ in extra)],
+                                        [self.expected[0], *(v for _, v in extra)], [last])[0])]
         if variation != "output_consumed":
             return list(self.expected)
         return [*self.expected, *(np.asarray(e) if o.type.is_quant else np.asarray(e) * 2
@@ -190,6 +202,8 @@ class OpCase:
             return any(ci.const for ci in tensors)
         if variation == "dynamic_output":
             return all(o.dimensions for o in self.outputs)
+        if variation == "then_inverse":
+            return _then_inverse(self) is not None
         if variation == "activation_split":  # a RELU / RELU1 / RELU6 of the output's type
             return bool(self.activation) and len(self.outputs) == 1 and self.outputs[0].type in _ADD_TYPES \
                 and self.outputs[0].type is not T.TENSOR_INT32
@@ -210,7 +224,45 @@ class OpCase:
                            if ci.operand is not None and ci.operand.type.is_tensor and not ci.const])
         if variation == "output_consumed":
             v = max([v] + [_ADD_TYPES[o.type] for o in self.outputs])
+        if variation == "then_inverse" and self.record.type is OperationType.DEQUANTIZE:
+            v = max(v, Version.V1_2)  # QUANTIZE
         return v
+
+
+_FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+_QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _then_inverse(case: OpCase) -> tuple[OperationType, list[tuple[Operand, np.ndarray]], Operand] | None:
+    """The operation ``then_inverse`` appends to ``case``: (its type, its constant inputs after
+    the case's output, its output operand), or None where there is none. CAST from a float to
+    an integer type: CAST back (the truncation must stay); QUANTIZE: DEQUANTIZE to its input's
+    type (the rounding must stay); DEQUANTIZE of 8-bit asymmetric data: QUANTIZE to its type at
+    three times the scale (a requantisation, not a copy); TRANSPOSE of rank 3 or 4: TRANSPOSE by
+    the rotation (1, ..., rank-1, 0), which composes with most permutations only one way round."""
+    kinds = (OperationType.CAST, OperationType.QUANTIZE, OperationType.DEQUANTIZE, OperationType.TRANSPOSE)
+    if len(case.outputs) != 1 or case.record.type not in kinds:
+        return None
+    src = next(ci.operand for ci in case.inputs if ci.arg.name == "input")
+    out = case.outputs[0]
+    if not out.dimensions or not all(out.dimensions):
+        return None
+    kind = case.record.type
+    if kind is OperationType.CAST and src.type in _FLOATS and \
+            out.type in (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM):
+        return OperationType.CAST, [], Operand(src.type, out.dimensions)
+    if kind is OperationType.QUANTIZE and src.type in _FLOATS:
+        return OperationType.DEQUANTIZE, [], Operand(src.type, out.dimensions)
+    if kind is OperationType.DEQUANTIZE and src.type in _QUANT8:
+        return (OperationType.QUANTIZE, [],
+                Operand(src.type, out.dimensions, _f32(3 * src.scale), src.zero_point))
+    if kind is OperationType.TRANSPOSE and len(out.dimensions) >= 3:
+        rank = len(out.dimensions)
+        perm = np.roll(np.arange(rank, dtype=np.int32), -1)
+        dims = tuple(out.dimensions[int(p)] for p in perm)
+        return (OperationType.TRANSPOSE, [(Operand(T.TENSOR_INT32, (rank,)), perm)],
+                Operand(out.type, dims, out.scale, out.zero_point))
+    return None
 
 
 def _doubles(value: np.ndarray, t: OperandType) -> bool:

@@ -355,6 +355,8 @@ def check_case(driver: Driver, case: OpCase, variation: str = "base", path: str 
         problems = case_problems(case, actual[:n], base) + \
             [f"the output as ADD(output, output) read it (halved): {p}"
              for p in case_problems(case, halved, base)]
+    elif variation == "then_inverse":  # the second operation's output, against its own golden
+        problems = [str(m) for m in output_mismatches(model, expected, actual)]
     else:
         problems = case_problems(case, actual, model, relaxed=variation == "relaxed")
     if problems:

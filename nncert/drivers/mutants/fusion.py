@@ -3,7 +3,9 @@ where two operations meet: one that runs an ADD in place over a model output it 
 (conformance/test_operations.py::test_operation_output_consumed finds it: that model output
 is read by ADD(output, output)), and one that fuses a RELU6 into the operation before it with
 RELU's clamp (test_operation_activation_split finds it: the saturating edge cases, their
-fused activation written as an operation of its own)."""
+fused activation written as an operation of its own), and one that folds inverse pairs (CAST
+there and back, QUANTIZE then DEQUANTIZE, DEQUANTIZE then QUANTIZE: test_operation_then_inverse
+finds it)."""
 
 from __future__ import annotations
 
@@ -74,9 +76,39 @@ class FusedRelu6AsRelu(MutantDriver):
         return run_model(model, inputs, after)
 
 
+class InversePairsFolded(MutantDriver):
+    """Folds a CAST of a CAST back to the first one's input type, and a DEQUANTIZE of a
+    QUANTIZE, into the identity (the first operation's input passes through: no truncation,
+    no rounding), and a QUANTIZE of a DEQUANTIZE back to the same 8-bit type into a copy of the
+    stored values (whatever the scales). Right for every model of one operation."""
+
+    name = "inverse_pairs_folded"
+    _PAIRS = frozenset({(Op.CAST, Op.CAST), (Op.QUANTIZE, Op.DEQUANTIZE), (Op.DEQUANTIZE, Op.QUANTIZE)})
+
+    def run(self, model: Model, inputs: list) -> list:
+        main = model.main
+        writer = {idx: op for op in main.operations for idx in op.outputs}
+        seen: dict[int, np.ndarray] = {}  # id of a first operation -> its input's value
+
+        def after(n, op, operands, values, out_operands, results):
+            if id(writer.get(op.outputs[0])) == id(op):
+                seen[id(op)] = np.array(values[0], copy=True)
+            first = writer.get(op.inputs[0])
+            if first is None or (first.type, op.type) not in self._PAIRS or id(first) not in seen:
+                return results
+            src = main.operands[first.inputs[0]]
+            x = seen[id(first)]
+            if src.type is not out_operands[0].type or x.shape != np.shape(results[0]):
+                return results
+            return [x.astype(np.asarray(results[0]).dtype)]
+
+        return run_model(model, inputs, after)
+
+
 MUTANT_INFO = (
     MutantInfo(AddInPlaceOverOutput, "ACC-6", suite="test_operations.py",
                args=("-k", "output_consumed and (ADD or MUL) and float32")),
     MutantInfo(FusedRelu6AsRelu, "ACC-6", suite="test_operations.py",
                args=("-k", "activation_split and relu6 and float32")),
+    MutantInfo(InversePairsFolded, "ACC-6", suite="test_operations.py", args=("-k", "then_inverse")),
 )
