@@ -174,11 +174,12 @@ def test_operation_activation_split(driver, key):
 
 
 # Pairs a compiler folds away: CAST float -> int then back, QUANTIZE then DEQUANTIZE,
-# DEQUANTIZE then QUANTIZE at another scale, two TRANSPOSEs (cases.py's _then_inverse). The
+# DEQUANTIZE then QUANTIZE at another scale, two TRANSPOSEs, a quantised ADD or MUL then ADD of
+# zero or MUL by one into another scale (cases.py's _then_inverse). The
 # random graphs draw none of these pairs; the golden is the second operation's reference kernel
 # on the first's golden.
 
-INVERSE = [k for k in ONE if k[0].name in ("CAST", "QUANTIZE", "DEQUANTIZE", "TRANSPOSE") and
+INVERSE = [k for k in ONE if k[0].name in ("CAST", "QUANTIZE", "DEQUANTIZE", "TRANSPOSE", "ADD", "MUL") and
            _one_case(k).supports("then_inverse")]
 
 

@@ -239,15 +239,28 @@ def _then_inverse(case: OpCase) -> tuple[OperationType, list[tuple[Operand, np.n
     an integer type: CAST back (the truncation must stay); QUANTIZE: DEQUANTIZE to its input's
     type (the rounding must stay); DEQUANTIZE of 8-bit asymmetric data: QUANTIZE to its type at
     three times the scale (a requantisation, not a copy); TRANSPOSE of rank 3 or 4: TRANSPOSE by
-    the rotation (1, ..., rank-1, 0), which composes with most permutations only one way round."""
-    kinds = (OperationType.CAST, OperationType.QUANTIZE, OperationType.DEQUANTIZE, OperationType.TRANSPOSE)
+    the rotation (1, ..., rank-1, 0), which composes with most permutations only one way round;
+    a quantised ADD or MUL: ADD of a constant zero or MUL by a constant one into twice the
+    output's scale (identities, but a requantisation, not a copy)."""
+    kinds = (OperationType.CAST, OperationType.QUANTIZE, OperationType.DEQUANTIZE, OperationType.TRANSPOSE,
+             OperationType.ADD, OperationType.MUL)
     if len(case.outputs) != 1 or case.record.type not in kinds:
         return None
-    src = next(ci.operand for ci in case.inputs if ci.arg.name == "input")
     out = case.outputs[0]
     if not out.dimensions or not all(out.dimensions):
         return None
     kind = case.record.type
+    if kind in (OperationType.ADD, OperationType.MUL):
+        if out.type not in _QUANT8:
+            return None
+        lo = out.type.quant_range[0]
+        # 0 at scale 0.5, or 1 at scale 1/128 (zero point at the type's bottom, 1 stored as lo + 128)
+        scale, zp, stored = (0.5, lo, lo) if kind is OperationType.ADD else (1 / 128, lo, lo + 128)
+        const = Operand(out.type, (1,), scale, zp)
+        return (kind, [(const, np.asarray([stored], dtype_of(out.type))),
+                       (Operand(T.INT32), np.asarray(0, np.int32))],
+                Operand(out.type, out.dimensions, _f32(2 * out.scale), out.zero_point))
+    src = next(ci.operand for ci in case.inputs if ci.arg.name == "input")
     if kind is OperationType.CAST and src.type in _FLOATS and \
             out.type in (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM):
         return OperationType.CAST, [], Operand(src.type, out.dimensions)

@@ -5,7 +5,7 @@ is read by ADD(output, output)), and one that fuses a RELU6 into the operation b
 RELU's clamp (test_operation_activation_split finds it: the saturating edge cases, their
 fused activation written as an operation of its own), and one that folds inverse pairs (CAST
 there and back, QUANTIZE then DEQUANTIZE, DEQUANTIZE then QUANTIZE: test_operation_then_inverse
-finds it)."""
+finds it, as it does a quantised ADD of zero or MUL by one folded into a copy)."""
 
 from __future__ import annotations
 
@@ -105,10 +105,33 @@ class InversePairsFolded(MutantDriver):
         return run_model(model, inputs, after)
 
 
+class QuantIdentitiesFolded(MutantDriver):
+    """Folds a quantised ADD of a constant whose real values are all zero, or MUL by one whose
+    real values are all one, into a copy of the other input's stored values, whatever the
+    output's scale and zero point (an algebraic simplification that forgets the
+    requantisation)."""
+
+    name = "quant_identities_folded"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type not in (Op.ADD, Op.MUL) or not outputs[0].type.is_quant:
+            return results
+        unit = 0.0 if op.type is Op.ADD else 1.0
+        for c, x in ((1, 0), (0, 1)):
+            o = operands[c]
+            real = (np.asarray(inputs[c], np.float64) - o.zero_point) * o.scale
+            if real.size <= np.size(inputs[x]) and np.all(real == unit) and \
+                    np.shape(inputs[x]) == np.shape(results[0]) and operands[x].type is outputs[0].type:
+                return [np.asarray(inputs[x]).copy()]
+        return results
+
+
 MUTANT_INFO = (
     MutantInfo(AddInPlaceOverOutput, "ACC-6", suite="test_operations.py",
                args=("-k", "output_consumed and (ADD or MUL) and float32")),
     MutantInfo(FusedRelu6AsRelu, "ACC-6", suite="test_operations.py",
                args=("-k", "activation_split and relu6 and float32")),
     MutantInfo(InversePairsFolded, "ACC-6", suite="test_operations.py", args=("-k", "then_inverse")),
+    MutantInfo(QuantIdentitiesFolded, "ACC-6", suite="test_operations.py",
+               args=("-k", "then_inverse and (ADD or MUL)")),
 )
