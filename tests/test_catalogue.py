@@ -344,6 +344,25 @@ def test_long_sequence_edge_passes_8_bits():
         assert np.abs(np.take(out, range(256, steps), axis=axis)).max() > 0, case.id
 
 
+@pytest.mark.req("ACC-1")
+def test_batch_major_twins_edge_is_one_kernel_over_several_batches():
+    """Every batch_major_twins case is batch-major with 2 or 3 batches, both cells of one size
+    and no layer normalisation (what a runtime runs as one bidirectional kernel), activation
+    tanh, and batch 1's outputs differ from batch 0's (the rows a misplaced state would mix)."""
+    cases = _cases_of("batch_major_twins")
+    assert {c.signature.name for c in cases} == {"", "merged", "states", "merged_states"}
+    for case in cases:
+        ins = {ci.arg.name: ci for ci in case.inputs}
+        assert not int(np.asarray(ins["time_major"].value)) and int(np.asarray(ins["activation"].value)) == 4
+        assert 2 <= ins["input"].operand.dimensions[0] <= 3, case.id
+        for w in ("input_to_output_weights", "recurrent_to_output_weights"):
+            assert ins[f"fw_{w}"].operand.dimensions == ins[f"bw_{w}"].operand.dimensions, case.id
+        norms = [ins.get(f"{d}_forget_layer_norm_weights") for d in ("fw", "bw")]
+        assert all(ci is None or ci.value is None for ci in norms), case.id
+        out = np.asarray(case.expected[0], np.float64)
+        assert not np.allclose(out[0], out[1]), case.id
+
+
 _BATCHED = {"CONV_2D", "DEPTHWISE_CONV_2D", "GROUPED_CONV_2D", "TRANSPOSE_CONV_2D", "FULLY_CONNECTED",
             "BATCH_MATMUL", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"}
 

@@ -33,7 +33,7 @@ backward cell (parallel linking).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -763,18 +763,26 @@ def _forced(ch: CellChoice, force: dict, d) -> CellChoice:
     return ch
 
 
-def _bi_sample(s: SampleContext, *, edge: str = "", steps: int | None = None) -> None:
+def _bi_sample(s: SampleContext, *, edge: str = "", steps: int | None = None, twins: bool = False) -> None:
+    """``twins``: batch-major, 2..3 batches, both cells of one size without layer
+    normalisation, activation tanh (the form a runtime takes as one bidirectional kernel, not
+    two)."""
     d = s.draw
     time, batch, n_input = d.int(1, 3), d.int(1, 2), d.int(1, 3)
     time = time if steps is None else steps
     major = d.bool()
+    if twins:
+        batch, major = d.int(2, 3), False
     link = d.choice(("none", "none", "cross", "parallel") if s.signature.name.endswith("states")
                     or s.variant.version >= Version.V1_3 else ("none", "none", "cross"))
-    n_aux = n_input if link == "cross" else d.int(1, 3)
+    n_aux = n_input if link == "cross" or twins else d.int(1, 3)
 
     def draw() -> tuple:
-        fw = _forced(choose_cell(s, True), _force(s, edge), d)
-        bw = _forced(choose_cell(s, True), _force(s, edge), d)
+        fw = _forced(choose_cell(s, not twins), _force(s, edge), d)
+        bw = _forced(choose_cell(s, not twins), _force(s, edge), d)
+        if twins:
+            bw = replace(bw, n_cell=fw.n_cell, n_output=fw.n_output, projection=fw.projection,
+                                     projection_bias=fw.projection and bw.projection_bias)
         bw.cifg = fw.cifg
         bw.layer_norm = fw.layer_norm and bw.n_cell > 1
         fw.layer_norm = bw.layer_norm
@@ -814,6 +822,8 @@ def _bi_sample(s: SampleContext, *, edge: str = "", steps: int | None = None) ->
                 s.omit(f"{p}_aux_input_to_{g}_weights")
             else:
                 s.tensor(f"{p}_aux_input_to_{g}_weights", w.shape, w, const=True)
+    if twins:  # tanh, the activation every runtime maps: the case is about the batches' state rows
+        clips = {"act": 4, **clips}
     set_params(s, fw.projection and bw.projection, **clips)
     s.scalar("merge_outputs", s.signature.name.startswith("merged"))
     s.scalar("time_major", major)
@@ -843,7 +853,10 @@ RECORDS = [
     OpRecord(Op.BIDIRECTIONAL_SEQUENCE_LSTM, _BI_SIGS, tuple(variants(Version.V1_2, _F32, _F16)),
              _bi_kernel, _bi_shape, _bi_sample, criterion="relaxed", check=_bi_check,
              min_version=_bi_min_version,
-             edges=(*_edges(_bi_sample), edges.long_sequence(lambda s, t: _bi_sample(s, steps=t))),
+             edges=(*_edges(_bi_sample), edges.long_sequence(lambda s, t: _bi_sample(s, steps=t)),
+                    edges.Edge("batch_major_twins", "lstm", "batch-major, 2..3 batches, both cells of one "
+                               "size: one bidirectional kernel run batch by batch, each batch from its own "
+                               "state rows", sample=lambda s: _bi_sample(s, twins=True))),
              state=tuple((f"{d}_{s}_state_in", f"{d}_{s}_state_out")
                          for d in ("fw", "bw") for s in ("activation", "cell")),
              graphs="61 inputs, most of them weights, and a recurrent state: " + _RECURRENT_GRAPHS,

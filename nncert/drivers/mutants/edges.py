@@ -926,6 +926,33 @@ class SixteenBitConcatOffsets(MutantDriver):
         return [got]
 
 
+class BatchesFromFirstStateRow(MutantDriver):
+    """The one bidirectional LSTM kernel (both cells of one size; other sizes run as two
+    unidirectional ones) with merged outputs runs batch-major input one batch at a time and
+    starts every batch from batch 0's activation-state rows (it never offsets them by the
+    batch), as LiteRT's kernel misplaces them. Time-major input, separate outputs and one
+    batch are right; the generated cases rarely have all of batch-major, merged, 2 batches and
+    cells of one size."""
+
+    name = "batches_from_first_state_row"
+
+    def mutate_operation(self, n, op, operands, inputs, outputs, results):
+        if op.type is not Op.BIDIRECTIONAL_SEQUENCE_LSTM:
+            return results
+        inst = _Instance(op, operands, inputs, outputs)
+        rows = [inst.position(f"{d}_activation_state_in") for d in ("fw", "bw")]
+        sizes = {tuple(operands[inst.position(f"{d}_recurrent_to_output_weights")].dimensions)
+                 for d in ("fw", "bw")}
+        if inst.scalar("time_major") or not inst.scalar("merge_outputs") or len(sizes) > 1 or \
+                any(np.shape(inputs[p])[0] < 2 for p in rows):
+            return results
+        raw = list(inputs)
+        for p in rows:
+            first = np.asarray(raw[p])[:1]
+            raw[p] = np.repeat(first, np.shape(raw[p])[0], axis=0)
+        return evaluate(inst.record, operands, raw, outputs)
+
+
 class PerChannelTable256(MutantDriver):
     """Per-channel quantised filters (CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D,
     TRANSPOSE_CONV_2D) with a table of 256 channel scales: output channel c requantises with
@@ -1034,6 +1061,8 @@ MUTANT_INFO = (
                args=("-k", "edge_long_axis and TOPK_V2 and float32")),
     MutantInfo(SixteenBitConcatOffsets, "ACC-1", suite="test_operations.py",
                args=("-k", "edge_long_axis and CONCATENATION and float32")),
+    MutantInfo(BatchesFromFirstStateRow, "ACC-1", suite="test_operations.py",
+               args=("-k", "edge_batch_major_twins and float32")),
     MutantInfo(PerChannelTable256, "ACC-2", suite="test_operations.py",
                args=("-k", "edge_count_past_255 and per_channel and sync")),
     MutantInfo(EightBitBatches, "ACC-1", suite="test_operations.py",
