@@ -148,8 +148,11 @@ def run_subgraph(model: Model, subgraph: Subgraph, inputs: Sequence[np.ndarray],
 def run_model(model: Model, inputs: Sequence[np.ndarray], after: AfterOperation | None = None,
               budget: ExecutionBudget | None = None, constants: Constants | None = None) -> list[np.ndarray]:
     """Execute the main subgraph; ``budget`` defaults to the current one (execution_budget);
-    ``constants`` as for run_subgraph."""
-    return run_subgraph(model, model.main, inputs, after, budget, constants)
+    ``constants`` as for run_subgraph. NaN and inf are IEEE results of the kernels (the square
+    root of a negative input, inf x 0), computed without numpy's warnings (on whatever thread
+    the driver runs it)."""
+    with np.errstate(all="ignore"):
+        return run_subgraph(model, model.main, inputs, after, budget, constants)
 
 
 #: (id of the subgraph, operand index) -> the constant's array; (id of the subgraph, operand
